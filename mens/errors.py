@@ -1,0 +1,102 @@
+"""Exit codes and one-paragraph errors, the same for every mens command.
+
+0 success · 2 bad config, input or environment · 3 the planner refuses · 4 the run failed while
+running · 130 interrupted after checkpointing. Hydra's and OmegaConf's exceptions are turned into
+a ConfigError here so that no command prints a traceback (unless HYDRA_FULL_ERROR=1).
+"""
+from __future__ import annotations
+
+import difflib
+import re
+
+EXIT_OK, EXIT_CONFIG, EXIT_REFUSED, EXIT_FAILED, EXIT_INTERRUPTED = 0, 2, 3, 4, 130
+
+
+class MensError(Exception):
+    code = EXIT_CONFIG
+
+    def __init__(self, message: str, key: str | None = None):
+        super().__init__(message)
+        self.message = " ".join(message.split())  # one paragraph, whatever the source
+        self.key = key
+
+
+class ConfigError(MensError):
+    """Bad config, input or environment (exit 2)."""
+    code = EXIT_CONFIG
+
+
+class PlanRefused(MensError):
+    """The planner refuses the run (exit 3). `plan` holds the full Plan."""
+    code = EXIT_REFUSED
+
+    def __init__(self, message: str, plan=None):
+        super().__init__(message)
+        self.plan = plan
+
+
+class RunFailed(MensError):
+    code = EXIT_FAILED
+
+
+def explain(exc: BaseException) -> MensError:
+    """Turn a Hydra / OmegaConf composition error into one actionable paragraph."""
+    if isinstance(exc, MensError):
+        return exc
+    from hydra.errors import MissingConfigException, OverrideParseException
+    from omegaconf.errors import ConfigKeyError, OmegaConfBaseException, ValidationError
+
+    cause = exc.__cause__ or exc.__context__
+    text = str(exc)
+    if isinstance(exc, MissingConfigException):
+        m = re.search(r"Could not find '([^']+)/([^']+)'", text)
+        options = re.findall(r"^\s+(\S+)\s*$", text.split("Available options", 1)[-1], re.M) \
+            if "Available options" in text else []
+        if m:
+            group, option = m.groups()
+            near = difflib.get_close_matches(option, options, n=1)
+            hint = f" Did you mean `{group}={near[0]}`?" if near else ""
+            return ConfigError(
+                f"Unknown option `{option}` in config group `{group}`.{hint} "
+                f"Available: {', '.join(options) or '(none)'} (files in conf/{group}/).",
+                key=group)
+        return ConfigError(f"Missing config: {text.strip()}")
+    if isinstance(exc, OverrideParseException):
+        return ConfigError(f"Cannot parse the override: {text.strip()} Overrides look like "
+                           f"`key=value`, `+group=option` or `group=a,b` with -m.")
+    for err in (cause, exc):
+        if isinstance(err, ValidationError):
+            key = getattr(err, "full_key", None) or _full_key(str(err))
+            first = str(err).splitlines()[0]
+            return ConfigError(
+                f"Wrong type for `{key}`: {first}. Give a value of the schema's type "
+                f"(see mens/schema.py or `python -m mens.plan --cfg job`).", key=key)
+        if isinstance(err, ConfigKeyError):
+            key = getattr(err, "full_key", None) or _full_key(str(err))
+            return _unknown_key_error(key)
+    m = re.search(r"Could not override '([^']+)'", text)
+    if m:
+        return _unknown_key_error(m.group(1))
+    m = re.search(r"Could not (?:load|append to config)[^.]*", text)
+    if "Could not append to config" in text or "Multiple values for" in text:
+        return ConfigError(
+            f"{text.strip().splitlines()[0]} Use `+group=option` only for hw, rung and recipe "
+            f"(not in the defaults list); use `group=option` for spoke, lane and curriculum.")
+    if isinstance(err := cause or exc, OmegaConfBaseException) or "hydra" in type(exc).__module__:
+        return ConfigError(" ".join(str(err).split()))
+    raise exc
+
+
+def _full_key(text: str) -> str | None:
+    m = re.search(r"full_key:\s*(\S+)", text)
+    return m.group(1) if m else None
+
+
+def _unknown_key_error(key: str | None) -> ConfigError:
+    from mens.compose import schema_keys
+
+    near = difflib.get_close_matches(key or "", list(schema_keys()), n=1, cutoff=0.6)
+    hint = f" Did you mean `{near[0]}`?" if near else ""
+    return ConfigError(
+        f"Unknown config key `{key}`: the mens schema defines no such key.{hint} "
+        f"Fix its spelling; `python -m mens.plan --cfg job` lists every key.", key=key)

@@ -1,0 +1,191 @@
+"""Typed schemas of every config group, registered in Hydra's ConfigStore.
+
+The primary config (conf/mens.yaml) starts from `mens_schema`, so each group option merged into
+it is checked against these dataclasses at compose time: a misspelt key in an option file or a
+`train.max_steps=abc` fails there. Knobs that accept `auto` are typed `Any` (OmegaConf has no
+Union of int and str) and are checked by `mens.compose.validate` right after composition.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, List, Optional
+
+from omegaconf import MISSING
+
+AUTO = "auto"
+
+
+@dataclass
+class LightningDefaults:
+    accelerator: str = "cpu"      # Lightning Trainer(accelerator=...)
+    precision: str = "32-true"    # Trainer(precision=...) when lane.precision is auto
+    strategy: str = "auto"
+    devices: int = 1
+
+
+@dataclass
+class HeadroomPolicy:
+    # usable = memory_gb * advisory_frac - reserve_gb   (what the runtime can ever hand out)
+    # budget = usable - max(frac * usable, min_gb)       (what the planner lets a run use)
+    advisory_frac: float = 1.0    # Metal's working-set limit is ~3/4 of a Mac's RAM
+    reserve_gb: float = 0.0       # CUDA context + driver, OS share
+    frac: float = 0.10
+    min_gb: float = 0.5
+
+
+@dataclass
+class HwConfig:
+    name: str = MISSING
+    backend: str = MISSING        # auto | cuda | mps | cpu
+    description: str = ""
+    memory_gb: Optional[float] = None   # total memory in GiB as labelled; null = detect here
+    bf16: Optional[bool] = None         # null = detect
+    tflops_bf16: Optional[float] = None  # dense, for time estimates; null = unknown
+    bandwidth_gbs: Optional[float] = None
+    lightning: LightningDefaults = field(default_factory=LightningDefaults)
+    headroom: HeadroomPolicy = field(default_factory=HeadroomPolicy)
+
+
+@dataclass
+class RungConfig:
+    name: str = MISSING
+    repo_id: str = MISSING
+    revision: Optional[str] = None   # null = unpinned (reported as such)
+    init: str = "pretrained"         # pretrained | random
+    path: Optional[str] = None       # explicit local weights dir (skips the HF cache)
+    hidden_size: int = MISSING
+    intermediate_size: int = MISSING
+    num_hidden_layers: int = MISSING
+    num_attention_heads: int = MISSING
+    num_key_value_heads: int = MISSING
+    head_dim: int = MISSING
+    vocab_size: int = MISSING
+    tie_word_embeddings: bool = MISSING
+    max_position_embeddings: int = MISSING
+    rope_theta: float = 1_000_000.0
+    rms_norm_eps: float = 1e-6
+    tokenizer_bundled: bool = False  # true only for the embedded tiny rung
+
+
+@dataclass
+class SourceConfig:
+    name: str = MISSING
+    weight: float = MISSING          # mix weight; normalised over the spoke's sources
+    path: str = MISSING              # JSONL under the spoke's corpus folder
+    kind: str = "sft"                # sft | preference
+
+
+@dataclass
+class AdmissionConfig:
+    check: str = MISSING             # name of the validator that guards this spoke's records
+    tool: Optional[str] = None       # external tool the check needs (if absent: record unverified)
+    description: str = ""
+
+
+@dataclass
+class SpokeConfig:
+    name: str = MISSING
+    domain: str = MISSING            # one-line domain profile
+    profile: List[str] = field(default_factory=list)   # what the spoke teaches
+    default_lane: str = "lora"
+    min_rating: float = 3.0
+    preference_pairs: bool = False   # ships chosen/rejected pairs (dpo lane needs them)
+    seq_len_hint: int = 1024         # declared target, used only when no length manifest exists
+    sources: List[SourceConfig] = field(default_factory=list)
+    admission: AdmissionConfig = field(default_factory=AdmissionConfig)
+
+
+@dataclass
+class LoraConfig:
+    r: int = 16
+    alpha: int = 32
+    dropout: float = 0.0
+    targets: List[str] = field(default_factory=lambda: [
+        "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"])
+
+
+@dataclass
+class QuantConfig:
+    type: str = "nf4"                # bitsandbytes 4-bit NormalFloat
+    double_quant: bool = True        # quantise the absmax constants too (~0.4 bit/param saved)
+    blocksize: int = 64
+
+
+@dataclass
+class OptimizerConfig:
+    name: str = "adamw"              # adamw | adamw_8bit | sgd
+    lr: float = 2.0e-4
+    weight_decay: float = 0.0
+    betas: List[float] = field(default_factory=lambda: [0.9, 0.999])
+
+
+@dataclass
+class DpoConfig:
+    beta: float = 0.1
+    loss: str = "sigmoid"
+
+
+@dataclass
+class LaneConfig:
+    name: str = MISSING
+    kind: str = MISSING              # lora | qlora | full | dpo
+    precision: str = AUTO            # auto | bf16 | fp16 | fp32  (auto: the tier's default)
+    gradient_checkpointing: Any = AUTO   # auto | true | false
+    lora: Optional[LoraConfig] = None
+    quantization: Optional[QuantConfig] = None
+    optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
+    dpo: Optional[DpoConfig] = None
+
+
+@dataclass
+class CurriculumConfig:
+    name: str = MISSING
+    epochs: int = MISSING
+    caps: List[int] = MISSING        # max difficulty (1-10) seen in epoch e; len == epochs
+    phases: List[str] = field(default_factory=lambda: [
+        "warmup", "syntax", "reasoning", "tool_call", "multi_turn", "orchestration", "agentic"])
+
+
+@dataclass
+class TrainConfig:
+    seq_len: Any = AUTO              # auto: from the spoke's length manifest
+    micro_batch: Any = AUTO          # auto: largest that fits the plan
+    grad_accum: Any = AUTO           # auto: global_batch / micro_batch
+    global_batch: Any = AUTO         # auto: default_global_batch
+    default_global_batch: int = 16
+    packing: bool = True
+    max_steps: int = -1              # -1: run the curriculum's epochs
+    warmup_ratio: float = 0.03
+    schedule: str = "cosine"
+    grad_clip: float = 1.0
+    seed: int = 0
+    init_adapter: Optional[str] = None
+
+
+@dataclass
+class PlanConfig:
+    force: bool = False              # train despite a refusal (loud, recorded)
+    uncalibrated_margin: float = 0.25
+    contract: Optional[str] = None   # null: conf/contract.yaml
+
+
+@dataclass
+class MensConfig:
+    hw: HwConfig = MISSING           # not in the defaults list: `+hw=NAME`, else auto
+    rung: RungConfig = MISSING       # not in the defaults list: `+rung=NAME`, else tiny
+    spoke: SpokeConfig = MISSING
+    lane: LaneConfig = MISSING
+    curriculum: CurriculumConfig = MISSING
+    train: TrainConfig = field(default_factory=TrainConfig)
+    plan: PlanConfig = field(default_factory=PlanConfig)
+    rerun: Optional[str] = None      # a run dir: re-launch from its spec.yaml
+
+
+# Knobs that accept `auto` or a positive int (checked after compose).
+AUTO_INTS = ("train.seq_len", "train.micro_batch", "train.grad_accum", "train.global_batch")
+
+
+def register() -> None:
+    from hydra.core.config_store import ConfigStore
+
+    ConfigStore.instance().store(name="mens_schema", node=MensConfig)
