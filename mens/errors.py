@@ -75,10 +75,18 @@ def explain(exc: BaseException) -> MensError:
             key = getattr(err, "full_key", None) or _full_key(str(err))
             return _unknown_key_error(key)
     m = re.search(r"Could not override '([^']+)'", text)
+    if m and "No match in the defaults list" in text:
+        return ConfigError(
+            f"`{m.group(1)}` is not in the defaults list, so it is chosen with a plus: write "
+            f"`+{m.group(1)}=...` (hw, rung and recipe work this way).", key=m.group(1))
     if m:
         return _unknown_key_error(m.group(1))
-    m = re.search(r"Could not (?:load|append to config)[^.]*", text)
-    if "Could not append to config" in text or "Multiple values for" in text:
+    m = re.search(r"Multiple values for (\S+?)\.", text)
+    if m:
+        return ConfigError(
+            f"`{m.group(1)}` is chosen twice (e.g. by a recipe and by `+{m.group(1)}=...`): "
+            f"to replace a recipe's choice drop the plus (`{m.group(1)}=NAME`).", key=m.group(1))
+    if "Could not append to config" in text:
         return ConfigError(
             f"{text.strip().splitlines()[0]} Use `+group=option` only for hw, rung and recipe "
             f"(not in the defaults list); use `group=option` for spoke, lane and curriculum.")

@@ -145,10 +145,11 @@ def _tokens_per_s(req: PlanRequest, shape: Shape) -> float | None:
 
 
 def ways_out(req: PlanRequest, *, rungs: Mapping[str, Arch] = {},
-             tiers: Mapping[str, int] = {}, tier_key: str = "+hw") -> tuple[str, ...]:
+             tiers: Mapping[str, int] = {}, memory_for=None) -> tuple[str, ...]:
     """Concrete alternatives for a refused request, each planned and known to fit.
 
-    rungs: smaller rungs by name (largest first); tiers: named tiers' budgets in bytes.
+    rungs: smaller rungs by name (largest first); tiers: named tiers' budgets in bytes;
+    memory_for(budget_bytes) -> the `hw.memory_gb` whose budget covers it on this tier.
     """
     out: list[str] = []
 
@@ -160,33 +161,44 @@ def ways_out(req: PlanRequest, *, rungs: Mapping[str, Arch] = {},
         return p if p.fits else None
 
     loose = replace(req, micro_batch=None, grad_accum=None, checkpointing=None)
+    # a suggestion is computed with the shape knobs on auto, so it says so when they were not
+    unpin = " ".join(k for k, v in (("train.micro_batch=auto", req.micro_batch),
+                                    ("train.grad_accum=auto", req.grad_accum),
+                                    ("lane.gradient_checkpointing=auto", req.checkpointing))
+                     if v is not None)
+    also = f" {unpin}" if unpin else ""
     if req.checkpointing is False and (p := fits(replace(req, checkpointing=None))):
         out.append(f"turn on gradient checkpointing (`lane.gradient_checkpointing=auto`): "
                    f"predicted {_gb(p.peak_bytes)}")
     if (req.micro_batch or req.grad_accum) and (p := fits(loose)):
         out.append(f"let mens size the batch (`train.micro_batch=auto train.grad_accum=auto`): "
                    f"micro_batch {p.shape.micro_batch}, predicted {_gb(p.peak_bytes)}")
-    if req.lane.kind in ("lora", "full", "dpo") and req.lane.kind != "dpo":
+    if req.lane.kind in ("lora", "full"):
         q = replace(loose, lane=replace(req.lane, kind="qlora"))
         if p := fits(q):
-            out.append(f"use QLoRA (`lane=qlora`): predicted {_gb(p.peak_bytes)}")
+            out.append(f"use QLoRA (`lane=qlora{also}`): predicted {_gb(p.peak_bytes)}")
     if req.lane.kind == "full" and (p := fits(replace(loose, lane=replace(req.lane, kind="lora")))):
-        out.append(f"use LoRA (`lane=lora`): predicted {_gb(p.peak_bytes)}")
+        out.append(f"use LoRA (`lane=lora{also}`): predicted {_gb(p.peak_bytes)}")
     s = req.seq_len // 2
     while s >= 128:
         if p := fits(replace(loose, seq_len=s)):
-            out.append(f"shorten sequences (`train.seq_len={s}`): predicted {_gb(p.peak_bytes)}")
+            out.append(f"shorten sequences (`train.seq_len={s}{also}`): "
+                       f"predicted {_gb(p.peak_bytes)}")
             break
         s //= 2
     for name, arch in rungs.items():
         if p := fits(replace(loose, arch=arch)):
-            out.append(f"a smaller rung (`+rung={name}`): predicted {_gb(p.peak_bytes)}")
+            out.append(f"a smaller rung (`+rung={name}{also}`): predicted {_gb(p.peak_bytes)}")
             break
     for name, budget in sorted(tiers.items(), key=lambda kv: kv[1]):
         if budget > req.budget_bytes and (p := fits(replace(loose, budget_bytes=budget))):
-            out.append(f"a bigger tier (`{tier_key}={name}`, budget {_gb(budget)}): "
+            out.append(f"a bigger tier (`+hw={name}{also}`, budget {_gb(budget)}): "
                        f"predicted {_gb(p.peak_bytes)}")
             break
+    if memory_for:
+        need = plan(replace(loose, budget_bytes=0)).peak_bytes   # the smallest shape's peak
+        out.append(f"a device with at least {memory_for(need):g} GiB "
+                   f"(`hw.memory_gb={memory_for(need):g}{also}` plans for one)")
     return tuple(out)
 
 

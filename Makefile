@@ -1,0 +1,48 @@
+# mens — every target creates/uses .venv in the repo root. `make help` lists them.
+SHELL := /bin/bash
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(VENV)/bin/pip
+PYTHON ?= python3
+# torch is installed first, pinned, so that the project's `torch>=2.4` is already satisfied:
+#  - Linux: `pip install torch==2.13.0` (this workplace's pip takes the CPU wheel from local
+#    disk; elsewhere PyPI serves the CUDA build, right for NVIDIA machines). For a CPU-only
+#    wheel elsewhere: make install TORCH_INDEX=https://download.pytorch.org/whl/cpu
+#  - macOS: PyPI's wheel, with MPS.
+TORCH_VERSION ?= 2.13.0
+TORCH_INDEX ?=
+STAMP := $(VENV)/.mens-installed
+ARGS ?=
+
+.PHONY: help install run plan test test-full bench clean
+
+help: ## list the targets
+	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
+
+install: $(STAMP) ## create .venv and install mens with its dev extras
+
+$(STAMP): pyproject.toml Makefile
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	@$(PY) -c "import torch" 2>/dev/null || \
+	  $(PIP) install -q torch==$(TORCH_VERSION) $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
+	$(PIP) install -q -e '.[dev]'
+	@touch $(STAMP)
+
+run: install ## the main job: compile, plan and train the embedded tiny default (ARGS=overrides)
+	$(PY) -m mens $(ARGS)
+
+plan: install ## plan only, e.g. make plan ARGS="+hw=rtx4090 +rung=8b"
+	$(PY) -m mens.plan $(ARGS)
+
+test: install ## the test suite (CPU only, skips tests marked slow)
+	$(PY) -m pytest -q -m "not slow" $(ARGS)
+
+test-full: install ## every test, slow ones included
+	$(PY) -m pytest -q $(ARGS)
+
+bench: install ## benchmarks: plan-path start-up time vs `import torch`
+	$(PY) -m mens.bench $(ARGS)
+
+clean: ## remove run outputs (keeps .venv)
+	rm -rf outputs/20* outputs/multirun .pytest_cache
