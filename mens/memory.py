@@ -82,7 +82,7 @@ class Shape:
 @lru_cache(maxsize=8)
 def load_contract(path: str | None = None) -> Mapping:
     with open(path or CONTRACT_PATH) as f:
-        return yaml.safe_load(f)
+        return yaml.load(f, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
 
 
 def cell_key(backend: str, lane: LaneModel, checkpointing: bool) -> str:

@@ -22,6 +22,7 @@ from mens.memory import GiB, Arch, LaneModel
 from mens.planner import Plan, PlanRequest, plan, ways_out
 
 MISSING_VALUE = object()
+SafeLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)   # libyaml when present: ~10x faster
 DATA_DIR = Path(__file__).resolve().parent / "data"
 LADDER = ["tiny", "0.6b", "1.7b", "4b", "8b", "14b", "32b"]
 PRECISION_OF = {"bf16-mixed": "bf16", "bf16-true": "bf16", "16-mixed": "fp16", "32-true": "fp32"}
@@ -77,7 +78,7 @@ def load_option(group: str, name: str):
     cls = getattr(schema, {"hw": "HwConfig", "rung": "RungConfig", "spoke": "SpokeConfig",
                            "lane": "LaneConfig", "curriculum": "CurriculumConfig"}[group])
     with open(CONF_DIR / group / f"{name}.yaml") as f:
-        return freeze(_build(cls, yaml.safe_load(f)))
+        return freeze(_build(cls, yaml.load(f, Loader=SafeLoader)))
 
 
 def _build(cls, raw: dict):
@@ -223,7 +224,7 @@ def _auto(v):
 
 def compile_run(cfg: DictConfig, purpose: str = "plan") -> tuple[RunSpec, Plan]:
     """Resolve every `auto`, check the cross-field rules, plan. Raises MensError."""
-    cfg = OmegaConf.merge(OmegaConf.structured(schema.MensConfig), cfg)
+    cfg = cfg.copy()                     # composed (or rerun) configs are already typed
     OmegaConf.resolve(cfg)
     notes: list[str] = []
     detection, budget_gb = resolve_hw(cfg.hw, purpose, notes)
