@@ -26,7 +26,7 @@ def task(cfg: DictConfig, out_dir: Path) -> int:
 def main() -> None:
     from mens.cli import main as run
 
-    sys.exit(run(task))
+    sys.exit(run(task, name="train"))
 
 
 if __name__ == "__main__":

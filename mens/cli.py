@@ -104,8 +104,8 @@ class SweepOutcomes(Callback):
               f"outputs under {config.hydra.sweep.dir}")
 
 
-def main(task: Callable, argv: list[str] | None = None) -> int:
-    """Run a mens Hydra app; returns (and exits with) its exit code."""
+def main(task: Callable, argv: list[str] | None = None, name: str = "mens") -> int:
+    """Run a mens Hydra app; returns (and exits with) its exit code. `name` names run dirs."""
     import hydra
 
     from mens.compose import CONF_DIR, default_overrides
@@ -113,7 +113,10 @@ def main(task: Callable, argv: list[str] | None = None) -> int:
 
     register()
     argv = sys.argv[1:] if argv is None else argv
-    sys.argv = [sys.argv[0], *default_overrides(argv)]
+    argv = default_overrides(argv)
+    if not any(a.startswith("hydra.job.name=") for a in argv):
+        argv.append(f"hydra.job.name={name}")
+    sys.argv = [sys.argv[0], *argv]
     user_full = os.environ.get("HYDRA_FULL_ERROR") == "1"
     os.environ["_MENS_USER_FULL_ERROR"] = "1" if user_full else "0"
     os.environ["HYDRA_FULL_ERROR"] = "1"   # let exceptions reach us; we print them

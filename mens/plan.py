@@ -123,7 +123,7 @@ def task(cfg: DictConfig, out_dir: Path) -> int:
 def main() -> None:
     from mens.cli import main as run
 
-    sys.exit(run(task))
+    sys.exit(run(task, name="plan"))
 
 
 if __name__ == "__main__":

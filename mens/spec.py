@@ -104,6 +104,19 @@ def tier_budget(hw, available_gb: float | None) -> tuple[float, float, float]:
     return usable, headroom, max(usable - headroom, 0.0)
 
 
+# (substring of torch.cuda.get_device_name(), minimum GiB, tier)
+CUDA_NAMES = [("4080 SUPER", 0, "rtx4080s"), ("4090", 0, "rtx4090"), ("3090", 0, "rtx3090"),
+              ("A6000", 0, "a6000"), ("L40S", 0, "l40s"), ("A100", 60, "a100_80g"),
+              ("A100", 0, "a100_40g"), ("H100", 0, "h100"), ("H200", 0, "h200")]
+
+
+def cuda_tier(device_name: str, total_gb: float) -> str | None:
+    for key, min_gb, tier in CUDA_NAMES:
+        if key.lower() in device_name.lower() and total_gb >= min_gb:
+            return tier
+    return None
+
+
 def memory_needed(hw, budget_gb: float) -> float:
     """Invert tier_budget: the smallest whole `hw.memory_gb` whose budget is >= budget_gb."""
     import math
@@ -139,10 +152,14 @@ def resolve_hw(hw: DictConfig, purpose: str, notes: list[str]) -> tuple[dict | N
                 f"({e}). Plan for it from here with `python -m mens.plan +hw={hw.name} ...`, or "
                 f"train here with `+hw=auto`.", key="hw") from None
         notes.extend(det.notes)
-    if hw.backend == "auto":   # take the policy of the tier this machine is
-        base = load_option("hw", {"cpu": "cpu", "mps": "m_series"}.get(det.backend, "h100"))
+    if hw.backend == "auto":   # take the policy (and speeds) of the tier this machine is
+        tier = {"cpu": "cpu", "mps": "m_series"}.get(det.backend) \
+            or cuda_tier(det.device_name, det.total_gb)
+        base = load_option("hw", tier or "h100")
+        if det.backend == "cuda" and not tier:
+            notes.append(f"hw: {det.device_name} matches no named tier; no time estimates")
         for k in ("lightning", "headroom", "tflops_bf16", "bandwidth_gbs"):
-            v = getattr(base, k) if det.backend != "cuda" or k in ("lightning", "headroom") else None
+            v = getattr(base, k) if tier or k in ("lightning", "headroom") else None
             if is_dataclass(v):
                 for kk, vv in asdict(v).items():
                     hw[k][kk] = vv

@@ -99,3 +99,11 @@ def test_dpo_from_sft_adapter_plans_the_frozen_reference(compile_run):
                               "train.micro_batch=1", "lane.gradient_checkpointing=false",
                               "train.init_adapter=/some/sft/adapter")
     assert from_sft.components["weights"] > plain.components["weights"]
+
+
+@pytest.mark.parametrize("name, gb, tier", [
+    ("NVIDIA GeForce RTX 4090", 23.6, "rtx4090"), ("NVIDIA A100-SXM4-80GB", 79.2, "a100_80g"),
+    ("NVIDIA A100-PCIE-40GB", 39.4, "a100_40g"), ("NVIDIA H200", 139.8, "h200"),
+    ("NVIDIA GeForce RTX 4080 SUPER", 15.7, "rtx4080s"), ("Tesla T4", 14.6, None)])
+def test_detected_cuda_devices_map_to_tiers(name, gb, tier):
+    assert mens.spec.cuda_tier(name, gb) == tier
