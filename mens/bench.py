@@ -63,5 +63,73 @@ def main(runs: int = 7) -> dict:
     return result
 
 
+
+
+def train_throughput(steps: int = 12, seq_len: int = 512, micro: int = 4) -> dict:
+    """Real (non-padding) tokens/s of mens's packed LoRA training against a plain transformers
+    Trainer + peft on the same tiny model, records, seq_len and batch — one process, one run."""
+    import os
+
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM, Trainer, TrainingArguments
+
+    from mens.compose import compose
+    from mens.corpus import is_pair, load_spoke
+    from mens.model import ASSETS, load_tokenizer
+    from mens.pack import IGNORE, pad_batch
+    from mens.run import examples_for, train_run
+    from mens.spec import compile_run
+
+    torch.set_num_threads(os.cpu_count() or 1)
+    overrides = ["+hw=cpu", "logger=none", "curriculum=flat", f"train.seq_len={seq_len}",
+                 f"train.micro_batch={micro}", "train.grad_accum=1", f"train.max_steps={steps}",
+                 "lane.optimizer.lr=1e-3"]
+    with tempfile.TemporaryDirectory() as tmp:
+        spec, plan = compile_run(compose(overrides), "train")
+        train_run(spec, plan, Path(tmp) / "mens")
+        from mens.telemetry import read
+        rows = [r for r in read(Path(tmp) / "mens" / "telemetry.jsonl") if r["event"] == "TRAIN_STEP"]
+        cur = [r for r in read(Path(tmp) / "mens" / "telemetry.jsonl") if r["event"] == "CURRICULUM"]
+        mens_tps = statistics.median(r["tokens_per_sec"] for r in rows[1:])   # skip warm-up step
+        mens_waste = cur[0]["padding_waste_pct"]
+
+        # baseline: the same records, one per row, padded to the longest in the batch
+        tok = load_tokenizer(spec, [])
+        records = [r for r in load_spoke(spec.spoke, seed=spec.train.seed)[0] if not is_pair(r)]
+        exs = list(examples_for(records, tok, spec, list(spec.curriculum.phases), False)[0].values())
+        model = get_peft_model(AutoModelForCausalLM.from_pretrained(str(ASSETS / "tiny"), dtype=torch.float32),
+                               LoraConfig(r=16, lora_alpha=32, target_modules=list(spec.lane.lora.targets),
+                                          task_type="CAUSAL_LM"))
+        counted = {"real": 0, "total": 0}
+
+        def collator(batch):
+            out = pad_batch(batch, min(seq_len, max(len(e) for e in batch)))
+            counted["real"] += int(out["attention_mask"].sum())
+            counted["total"] += out["attention_mask"].numel()
+            return out
+
+        args = TrainingArguments(output_dir=str(Path(tmp) / "hf"), per_device_train_batch_size=micro,
+                                 max_steps=steps, learning_rate=1e-3, logging_steps=1000,
+                                 save_strategy="no", report_to=[], use_cpu=True,
+                                 dataloader_num_workers=0, remove_unused_columns=False, seed=0)
+        trainer = Trainer(model=model, args=args, train_dataset=exs, data_collator=collator)
+        t0 = time.perf_counter()
+        trainer.train()
+        hf_s = time.perf_counter() - t0
+    hf_tps = counted["real"] / hf_s
+    hf_waste = 100 * (1 - counted["real"] / counted["total"])
+    result = {"mens_tokens_per_s": mens_tps, "hf_tokens_per_s": hf_tps,
+              "ratio": mens_tps / hf_tps, "mens_padding_waste_pct": mens_waste,
+              "hf_padding_waste_pct": hf_waste, "steps": steps, "seq_len": seq_len, "micro_batch": micro}
+    print(f"training, real tokens/s: mens {mens_tps:,.0f} vs transformers Trainer {hf_tps:,.0f} "
+          f"= {result['ratio']:.2f}x (goal >= 1.3x); padding waste mens {mens_waste:.1f} % "
+          f"(goal <= 5 %), Trainer {hf_waste:.1f} %")
+    return result
+
+
 if __name__ == "__main__":
-    main(int(sys.argv[1]) if len(sys.argv) > 1 else 7)
+    runs = int(sys.argv[1]) if len(sys.argv) > 1 else 7
+    out = {"plan": main(runs), "train": train_throughput()}
+    Path("outputs/bench").mkdir(parents=True, exist_ok=True)
+    Path("outputs/bench/bench.json").write_text(json.dumps(out, indent=2))

@@ -116,6 +116,10 @@ def main(task: Callable, argv: list[str] | None = None, name: str = "mens") -> i
     argv = default_overrides(argv)
     if not any(a.startswith("hydra.job.name=") for a in argv):
         argv.append(f"hydra.job.name={name}")
+    resume = [a.split("=", 1)[1] for a in argv if a.startswith("resume=")]
+    if resume and not any(a.startswith("hydra.run.dir=") for a in argv):
+        # continue in the run's own dir, keeping its original .hydra/ record
+        argv += [f"hydra.run.dir={resume[0]}", "hydra.output_subdir=null"]
     sys.argv = [sys.argv[0], *argv]
     user_full = os.environ.get("HYDRA_FULL_ERROR") == "1"
     os.environ["_MENS_USER_FULL_ERROR"] = "1" if user_full else "0"

@@ -112,6 +112,7 @@ _CHOICES = {
     "lane.precision": ["auto", "bf16", "fp16", "fp32"],
     "lane.optimizer.name": ["adamw", "adamw_8bit", "sgd"],
     "train.schedule": ["cosine", "linear", "constant"],
+    "logger": ["wandb", "csv", "none"],
 }
 
 

@@ -28,9 +28,9 @@ WHAT = {
 }
 
 
-def plan_run(cfg: DictConfig, out_dir: Path, purpose: str = "plan"):
-    """Compile, print the plan, write spec.yaml + plan.json. Refusal → PlanRefused (exit 3)
-    unless plan.force, which goes on loudly and is recorded."""
+def plan_run(cfg: DictConfig, out_dir: Path, purpose: str = "plan", write: bool = True):
+    """Compile, print the plan, write spec.yaml + plan.json (unless resuming: they exist).
+    Refusal → PlanRefused (exit 3) unless plan.force, which goes on loudly and is recorded."""
     from mens.spec import compile_run
 
     spec, plan = compile_run(cfg, purpose)
@@ -40,10 +40,11 @@ def plan_run(cfg: DictConfig, out_dir: Path, purpose: str = "plan"):
               "rung": spec.rung.name, "lane": spec.lane.kind, "precision": spec.lane.precision,
               "notes": list(spec.notes), "detected": spec.detected, **plan.to_dict()}
     out_dir.mkdir(parents=True, exist_ok=True)
-    atomic_write(out_dir / "plan.json", json.dumps(record, indent=2))
-    atomic_write(out_dir / "spec.yaml", OmegaConf.to_yaml(
-        {**spec.config_dict(), "detected": spec.detected, "notes": list(spec.notes),
-         "versions": spec.versions}))
+    if write:
+        atomic_write(out_dir / "plan.json", json.dumps(record, indent=2))
+        atomic_write(out_dir / "spec.yaml", OmegaConf.to_yaml(
+            {**spec.config_dict(), "detected": spec.detected, "notes": list(spec.notes),
+             "versions": spec.versions}))
     print(render(spec, plan, forced))
     if not plan.fits and not forced:
         raise PlanRefused(refusal_message(spec, plan), plan=plan)

@@ -159,7 +159,9 @@ class TrainConfig:
     schedule: str = "cosine"
     grad_clip: float = 1.0
     seed: int = 0
-    init_adapter: Optional[str] = None
+    init_adapter: Optional[str] = None   # start from this PEFT adapter (DPO after SFT)
+    checkpoint_every: int = 50           # optimizer steps between checkpoints
+    eval_max_records: Optional[int] = None   # score at most this many held-out records (null: all)
 
 
 @dataclass
@@ -178,7 +180,9 @@ class MensConfig:
     curriculum: CurriculumConfig = MISSING
     train: TrainConfig = field(default_factory=TrainConfig)
     plan: PlanConfig = field(default_factory=PlanConfig)
-    rerun: Optional[str] = None      # a run dir: re-launch from its spec.yaml
+    rerun: Optional[str] = None      # a run dir: re-launch from its spec.yaml (new run dir)
+    resume: Optional[str] = None     # a run dir: continue it from its last checkpoint
+    logger: str = "wandb"            # wandb (offline) | csv | none
 
 
 # Knobs that accept `auto` or a positive int (checked after compose).

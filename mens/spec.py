@@ -24,6 +24,7 @@ from mens.planner import Plan, PlanRequest, plan, ways_out
 MISSING_VALUE = object()
 SafeLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)   # libyaml when present: ~10x faster
 DATA_DIR = Path(__file__).resolve().parent / "data"
+SECTIONS = ("hw", "rung", "spoke", "lane", "curriculum", "train", "plan", "logger")
 LADDER = ["tiny", "0.6b", "1.7b", "4b", "8b", "14b", "32b"]
 PRECISION_OF = {"bf16-mixed": "bf16", "bf16-true": "bf16", "16-mixed": "fp16", "32-true": "fp32"}
 LIGHTNING_OF = {"bf16": "bf16-mixed", "fp16": "16-mixed", "fp32": "32-true"}
@@ -56,6 +57,7 @@ class RunSpec:
     curriculum: object
     train: object       # seq_len, micro_batch, grad_accum, global_batch resolved
     plan: object
+    logger: str
     detected: dict | None      # what hw=auto / device checks found (None: planned from elsewhere)
     budget_gb: float
     notes: tuple[str, ...]     # every place mens did something other than the spec said
@@ -67,7 +69,7 @@ class RunSpec:
     def config_dict(self) -> dict:
         """The re-launchable part (what `rerun=` composes from)."""
         d = self.to_dict()
-        return {k: d[k] for k in ("hw", "rung", "spoke", "lane", "curriculum", "train", "plan")}
+        return {k: d[k] for k in SECTIONS}
 
 
 @lru_cache(maxsize=None)
@@ -299,8 +301,7 @@ def compile_run(cfg: DictConfig, purpose: str = "plan") -> tuple[RunSpec, Plan]:
     lane.gradient_checkpointing = p.shape.checkpointing
     obj = OmegaConf.to_object(cfg)
     spec = RunSpec(
-        **{f: freeze(getattr(obj, f)) for f in ("hw", "rung", "spoke", "lane", "curriculum",
-                                                  "train", "plan")},
+        **{f: freeze(getattr(obj, f)) for f in SECTIONS},
         detected=detection, budget_gb=round(budget_gb, 3), notes=tuple(notes),
         versions=_versions())
     return spec, p
@@ -340,14 +341,18 @@ def load_rerun(run_dir: str) -> DictConfig:
     """A run dir's spec.yaml → a config that compiles to the same RunSpec."""
     from mens.compose import validate
 
-    path = Path(run_dir) / "spec.yaml"
-    if not path.is_file():
-        raise ConfigError(f"rerun={run_dir}: no spec.yaml there. Give a run directory that "
-                          f"mens wrote (outputs/<date>/<time>_*/).", key="rerun")
-    saved = OmegaConf.load(path)
+    path, tel = Path(run_dir) / "spec.yaml", Path(run_dir) / "telemetry.jsonl"
+    if path.is_file():
+        saved = OmegaConf.load(path)
+    elif tel.is_file():   # the first telemetry row carries the whole resolved spec
+        with open(tel) as f:
+            first = json.loads(f.readline())
+        saved = OmegaConf.create({**first["spec"], "detected": first["spec"].get("detected")})
+    else:
+        raise ConfigError(f"{run_dir}: neither spec.yaml nor telemetry.jsonl there. Give a run "
+                          f"directory that mens wrote (outputs/<date>/<time>_*/).", key="rerun")
     cfg = OmegaConf.merge(OmegaConf.structured(schema.MensConfig),
-                          {k: saved[k] for k in ("hw", "rung", "spoke", "lane", "curriculum",
-                                                  "train", "plan")})
+                          {k: saved[k] for k in SECTIONS if k in saved})
     det = saved.get("detected")
     if det and not det.get("memory_overridden", False):
         cfg.hw.memory_gb = None          # memory was detected: detect it again here

@@ -33,5 +33,5 @@ def mens_cli(tmp_path):
         full_env = {**os.environ, **(env or {})}
         full_env.pop("HYDRA_FULL_ERROR", None) if not (env or {}).get("HYDRA_FULL_ERROR") else None
         return subprocess.run([sys.executable, "-m", module, *args], capture_output=True,
-                              text=True, cwd=cwd or tmp_path, env=full_env, timeout=120)
+                              text=True, cwd=cwd or tmp_path, env=full_env, timeout=900)
     return run

@@ -125,7 +125,9 @@ def test_planning_a_named_tier_imports_no_torch(tmp_path):
 
 
 def test_spec_yaml_relaunches_the_same_run(mens_cli, tmp_path):
-    first = mens_cli("mens", "spoke=structured_shell", "train.global_batch=8",
+    first = mens_cli("mens", "spoke=structured_shell", "train.global_batch=4", "logger=none",
+                     "train.max_steps=2", "train.seq_len=256", "curriculum=flat",
+                     "train.eval_max_records=4",
                      f"hydra.run.dir={tmp_path}/a")
     assert first.returncode == 0, first.stderr
     again = mens_cli("mens", f"rerun={tmp_path}/a", f"hydra.run.dir={tmp_path}/b")
@@ -135,6 +137,8 @@ def test_spec_yaml_relaunches_the_same_run(mens_cli, tmp_path):
         assert a[section] == b[section], section
     assert a["train"]["micro_batch"] != "auto" and isinstance(a["train"]["seq_len"], int)
     assert a["versions"]["hydra-core"]
+    ignored = mens_cli("mens", f"rerun={tmp_path}/a", "lane=qlora")
+    assert ignored.returncode == 2 and "lane=qlora" in ignored.stderr   # never silently ignored
 
 
 def test_help_and_cfg_job(mens_cli):

@@ -1,0 +1,220 @@
+"""Training stage: a LightningModule + LightningDataModule + Trainer built from the RunSpec.
+
+SFT lanes (lora, qlora, full) minimise the causal-LM loss on assistant tokens of packed rows;
+the dpo lane minimises TRL's sigmoid DPO loss on chosen/rejected pairs against reference
+log-probs computed once, before training, from the initial policy — which *is* the base with
+the adapter disabled (LoRA's B starts at 0) or, from `train.init_adapter`, the frozen SFT policy.
+Data order is a function of (seed, epoch) only, so a resumed run sees the batches it would
+have seen; the loader's position is saved in every checkpoint.
+"""
+from __future__ import annotations
+
+import math
+import random
+import time
+from pathlib import Path
+
+import lightning as L
+import torch
+import torch.nn.functional as F
+
+from mens.errors import RunFailed
+from mens.pack import IGNORE, Example, collate, mask_dtype_for, pack, pad_batch
+
+
+class Position:
+    """Batches finished in the current epoch: saved in checkpoints, read back to skip them."""
+    def __init__(self):
+        self.epoch, self.done, self.skip = 0, 0, 0
+
+
+class SkipBatches(torch.utils.data.Sampler):
+    """Fixed batches of indices; after a resume the first `position.skip` are not yielded."""
+    def __init__(self, n: int, micro: int, position: Position):
+        self.batches = [list(range(i, min(i + micro, n))) for i in range(0, n, micro)]
+        self.position = position
+
+    def __iter__(self):   # a generator: the skip is read at the first next(), after loading
+        start, self.position.skip = self.position.skip, 0
+        yield from self.batches[start:]
+
+    def __len__(self):
+        return len(self.batches)
+
+
+class ResumableLoader(torch.utils.data.DataLoader):
+    """Lightning saves `state_dict()` of loaders that have one (mid-epoch resume)."""
+    def __init__(self, items, micro: int, collate_fn, position: Position):
+        super().__init__(items, batch_sampler=SkipBatches(len(items), micro, position),
+                         collate_fn=collate_fn)
+        self.position = position
+
+    def state_dict(self) -> dict:
+        return {"epoch": self.position.epoch, "done": self.position.done}
+
+    def load_state_dict(self, state: dict) -> None:
+        if state.get("epoch") == self.position.epoch:
+            self.position.skip = self.position.done = state["done"]
+
+
+def epoch_items(examples: dict, records: list, spec, epoch: int, pairs: bool):
+    """The rows (packed SFT), examples (unpacked SFT) or pair examples of one epoch."""
+    from mens.curriculum import epoch_records, shuffle_within_phase
+
+    cur = spec.curriculum
+    recs = shuffle_within_phase(epoch_records(records, list(cur.caps), list(cur.phases), epoch),
+                                spec.train.seed, epoch)
+    items = [examples[r["id"]] for r in recs]
+    if pairs or not spec.train.packing:
+        return items
+    # FFD emits a phase's rows longest-first: shuffle rows within each phase by (seed, epoch)
+    return shuffle_within_phase(pack(items, spec.train.seq_len), spec.train.seed, epoch,
+                                key=lambda row: row.phase)
+
+
+class MensData(L.LightningDataModule):
+    def __init__(self, spec, examples: dict, records: list, pairs: bool, mask_dtype):
+        super().__init__()
+        self.spec, self.examples, self.records, self.pairs = spec, examples, records, pairs
+        self.mask_dtype, self.position = mask_dtype, Position()
+        self.epochs = [epoch_items(examples, records, spec, e, pairs)
+                       for e in range(spec.curriculum.epochs)]
+
+    def collate(self, items):
+        if self.pairs:
+            batch = pair_batch(items, self.spec.train.seq_len)
+            real = sum(min(len(e), self.spec.train.seq_len) for p in items for e in p[:2])
+        elif isinstance(items[0], Example):
+            longest = max(len(x) for x in items)
+            batch = pad_batch(items, min(longest, self.spec.train.seq_len))
+            real = int(batch["attention_mask"].sum())
+        else:
+            batch = collate(items, self.mask_dtype)
+            real = sum(r.real_tokens for r in items)
+        batch["real_tokens"] = torch.tensor(real)
+        return batch
+
+    def train_dataloader(self):
+        epoch = self.trainer.current_epoch if self.trainer else 0
+        if self.position.epoch != epoch:
+            self.position.epoch, self.position.done = epoch, 0
+        items = self.epochs[min(epoch, len(self.epochs) - 1)]
+        return ResumableLoader(items, self.spec.train.micro_batch, self.collate, self.position)
+
+    def steps_per_epoch(self) -> list[int]:
+        t = self.spec.train
+        return [math.ceil(math.ceil(len(items) / t.micro_batch) / t.grad_accum)
+                for items in self.epochs]
+
+
+def pair_batch(pairs, seq_len: int) -> dict:
+    """[(chosen Example, rejected Example, pair index)] → chosen rows then rejected rows."""
+    exs = [p[0] for p in pairs] + [p[1] for p in pairs]
+    batch = pad_batch(exs, min(seq_len, max(len(e) for e in exs)))
+    batch["pair_index"] = torch.tensor([p[2] for p in pairs])
+    return batch
+
+
+def sequence_logps(model, batch) -> torch.Tensor:
+    """Sum of log p(label) over each row's supervised tokens: (B,)."""
+    logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                   position_ids=batch["position_ids"]).logits[:, :-1].float()   # (B, S-1, V)
+    labels = batch["labels"][:, 1:]                                              # (B, S-1)
+    mask = labels != IGNORE
+    logp = torch.gather(F.log_softmax(logits, -1), 2, labels.clamp(min=0)[..., None])[..., 0]
+    return (logp * mask).sum(-1)
+
+
+class MensModule(L.LightningModule):
+    def __init__(self, model, spec, position: Position, ref_logps: torch.Tensor | None = None):
+        super().__init__()
+        self.model, self.spec, self.position = model, spec, position
+        self.ref_logps = ref_logps          # (n_pairs, 2): chosen, rejected — dpo only
+        self.strict_loading = False         # checkpoints hold trainable weights only
+        self.last = {}
+        self.counts = {"real": 0, "valid": 0}   # tokens since the last TRAIN_STEP row
+
+    def training_step(self, batch, batch_idx):
+        self.position.done += 1
+        self.counts["real"] += int(batch.pop("real_tokens"))
+        self.counts["valid"] += int((batch["labels"] != IGNORE).sum())
+        if self.ref_logps is not None:
+            loss = self.dpo_loss(batch)
+        else:
+            loss = self.model(**batch).loss
+        if not torch.isfinite(loss):
+            raise RunFailed(f"the loss became {loss.item()} at step {self.global_step} "
+                            f"(epoch {self.current_epoch}); the last good checkpoint is kept in "
+                            f"checkpoints/. Lower lane.optimizer.lr or check the data.")
+        self.last["loss"] = loss.detach()
+        self.log("train/loss", loss, prog_bar=True)
+        return loss
+
+    def dpo_loss(self, batch) -> torch.Tensor:
+        idx = batch.pop("pair_index")
+        n = len(idx)
+        logps = sequence_logps(self.model, batch)                                 # (2n,)
+        ref = self.ref_logps.to(logps.device)[idx]                                # (n, 2)
+        beta = self.spec.lane.dpo.beta
+        chosen = beta * (logps[:n] - ref[:, 0])
+        rejected = beta * (logps[n:] - ref[:, 1])
+        margin = chosen - rejected
+        self.last.update({"rewards/chosen": chosen.mean().detach(),
+                          "rewards/rejected": rejected.mean().detach(),
+                          "rewards/margins": margin.mean().detach(),
+                          "rewards/accuracies": (margin > 0).float().mean().detach()})
+        for k, v in self.last.items():
+            if k.startswith("rewards/"):
+                self.log(f"train/{k}", v)
+        return -F.logsigmoid(margin).mean()
+
+    def configure_optimizers(self):
+        lane, total = self.spec.lane, max(self.trainer.estimated_stepping_batches, 1)
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        o = lane.optimizer
+        if o.name == "adamw_8bit":
+            import bitsandbytes as bnb
+            opt = bnb.optim.AdamW8bit(params, lr=o.lr, betas=tuple(o.betas), weight_decay=o.weight_decay)
+        elif o.name == "sgd":
+            opt = torch.optim.SGD(params, lr=o.lr, weight_decay=o.weight_decay)
+        else:
+            opt = torch.optim.AdamW(params, lr=o.lr, betas=tuple(o.betas), weight_decay=o.weight_decay)
+        warmup = int(self.spec.train.warmup_ratio * total)
+        schedule = self.spec.train.schedule
+
+        def factor(step: int) -> float:
+            if step < warmup:
+                return (step + 1) / (warmup + 1)
+            progress = min((step - warmup) / max(total - warmup, 1), 1.0)
+            if schedule == "cosine":
+                return 0.5 * (1 + math.cos(math.pi * progress))
+            return 1 - progress if schedule == "linear" else 1.0
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, factor)
+        return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
+
+    def on_save_checkpoint(self, checkpoint):
+        trainable = {n for n, p in self.named_parameters() if p.requires_grad}
+        checkpoint["state_dict"] = {k: v for k, v in checkpoint["state_dict"].items()
+                                    if k in trainable}
+        checkpoint["mens_rng"] = {"torch": torch.get_rng_state(), "python": random.getstate()}
+
+    def on_load_checkpoint(self, checkpoint):
+        rng = checkpoint.get("mens_rng")
+        if rng:
+            torch.set_rng_state(rng["torch"])
+            random.setstate(rng["python"])
+
+
+def reference_logps(model, pairs: list, spec) -> torch.Tensor:
+    """Log-probs of the initial policy on every pair, once: (n_pairs, 2)."""
+    out = torch.zeros(len(pairs), 2)
+    model.eval()
+    with torch.no_grad():
+        for i in range(0, len(pairs), spec.train.micro_batch):
+            chunk = pairs[i:i + spec.train.micro_batch]
+            batch = pair_batch(chunk, spec.train.seq_len)
+            idx = batch.pop("pair_index")
+            lp = sequence_logps(model, batch).float()
+            out[idx, 0], out[idx, 1] = lp[:len(chunk)], lp[len(chunk):]
+    model.train()
+    return out
