@@ -148,7 +148,7 @@ def train_run(spec, plan, out_dir: Path, resume: bool = False) -> dict:
     ref = None
     if pairs:
         ref = reference_logps(model, list(examples.values()), spec)
-    module = MensModule(model, spec, data.position, ref)
+    module = MensModule(model, spec, data.position, data.planned_steps(), ref)
     trainer, ckpt = build_trainer(spec, plan, out_dir, tel, data, trainable)
     last = out_dir / "checkpoints" / "last.ckpt"
     t0 = time.time()

@@ -106,6 +106,10 @@ class MensData(L.LightningDataModule):
         return [math.ceil(math.ceil(len(items) / t.micro_batch) / t.grad_accum)
                 for items in self.epochs]
 
+    def planned_steps(self) -> int:
+        total = sum(self.steps_per_epoch())
+        return min(total, self.spec.train.max_steps) if self.spec.train.max_steps > 0 else total
+
 
 def pair_batch(pairs, seq_len: int) -> dict:
     """[(chosen Example, rejected Example, pair index)] → chosen rows then rejected rows."""
@@ -126,9 +130,14 @@ def sequence_logps(model, batch) -> torch.Tensor:
 
 
 class MensModule(L.LightningModule):
-    def __init__(self, model, spec, position: Position, ref_logps: torch.Tensor | None = None):
+    def __init__(self, model, spec, position: Position, planned_steps: int,
+                 ref_logps: torch.Tensor | None = None):
         super().__init__()
         self.model, self.spec, self.position = model, spec, position
+        # known up front: asking Lightning (estimated_stepping_batches) would build the train
+        # loader before a checkpoint is restored, and its first batch would be prefetched
+        # before the saved loader position could be applied
+        self.planned_steps = planned_steps
         self.ref_logps = ref_logps          # (n_pairs, 2): chosen, rejected — dpo only
         self.strict_loading = False         # checkpoints hold trainable weights only
         self.last = {}
@@ -169,7 +178,7 @@ class MensModule(L.LightningModule):
         return -F.logsigmoid(margin).mean()
 
     def configure_optimizers(self):
-        lane, total = self.spec.lane, max(self.trainer.estimated_stepping_batches, 1)
+        lane, total = self.spec.lane, max(self.planned_steps, 1)
         params = [p for p in self.model.parameters() if p.requires_grad]
         o = lane.optimizer
         if o.name == "adamw_8bit":

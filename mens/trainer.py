@@ -105,9 +105,7 @@ def _sweep_group():
 
 
 def build_trainer(spec, plan, out_dir: Path, tel, data, trainable: int):
-    planned = sum(data.steps_per_epoch())
-    if spec.train.max_steps > 0:
-        planned = min(planned, spec.train.max_steps)
+    planned = data.planned_steps()
     ckpt = MensCheckpoint(tel, dirpath=str(out_dir / "checkpoints"), filename="step{step:06d}",
                           every_n_train_steps=spec.train.checkpoint_every, save_last=True,
                           save_top_k=1, monitor="step", mode="max", auto_insert_metric_name=False)

@@ -253,6 +253,8 @@ def write_assets(model, tok, report: dict) -> None:
     tok_cfg = {**json.loads(cfg_path.read_text()), "tokenizer_class": "PreTrainedTokenizerFast"}
     write_atomic(cfg_path, json.dumps(tok_cfg, indent=2, ensure_ascii=False) + "\n")
     files = sorted(f.name for f in ASSETS.iterdir())
+    for f in files:
+        (ASSETS / f).chmod(0o644)                     # safetensors writes 0600; package data is 644
     sums = {f: sha256(ASSETS / f) for f in files}
     write_atomic(ASSETS / "README.md", readme(report, sums))
     sums["README.md"] = sha256(ASSETS / "README.md")

@@ -4,6 +4,7 @@ and is actually pretrained."""
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 from pathlib import Path
 
@@ -109,6 +110,8 @@ def test_pretokenizer_is_qwen2(tok, text):
 
     backend = tok.backend_tokenizer
     assert backend.normalizer is None
+    split = json.loads(backend.to_str())["pre_tokenizer"]["pretokenizers"][0]
+    assert split["pattern"]["Regex"] == PRETOKENIZE_REGEX and split["behavior"] == "Isolated"
     pieces = backend.pre_tokenizer.pre_tokenize_str(text)
     assert [text[a:b] for _, (a, b) in pieces] == regex.findall(PRETOKENIZE_REGEX, text)
 
