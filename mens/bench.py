@@ -77,7 +77,7 @@ def train_throughput(steps: int = 12, seq_len: int = 512, micro: int = 4) -> dic
     from mens.compose import compose
     from mens.corpus import is_pair, load_spoke
     from mens.model import ASSETS, load_tokenizer
-    from mens.pack import IGNORE, pad_batch
+    from mens.pack import pad_batch
     from mens.run import examples_for, train_run
     from mens.spec import compile_run
 

@@ -108,8 +108,7 @@ def render(spec, plan: Plan, forced: bool = False) -> str:
 
 def _budget_line(spec) -> str:
     d = spec.detected
-    if d and spec.detected.get("available_gb") is not None and spec.hw.name in ("auto", "cpu") \
-            or (d and spec.hw.backend == "mps"):
+    if d and not d.get("memory_overridden"):   # the budget came from a live reading
         return f"detected: {d['source']}"
     h = spec.hw.headroom
     return (f"{spec.hw.memory_gb:g} GiB × {h.advisory_frac:g} − {h.reserve_gb:g} reserved, "

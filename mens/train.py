@@ -11,15 +11,13 @@ from __future__ import annotations
 
 import math
 import random
-import time
-from pathlib import Path
 
 import lightning as L
 import torch
 import torch.nn.functional as F
 
 from mens.errors import RunFailed
-from mens.pack import IGNORE, Example, collate, mask_dtype_for, pack, pad_batch
+from mens.pack import IGNORE, Example, collate, pack, pad_batch
 
 
 class Position:
