@@ -171,6 +171,37 @@ class PlanConfig:
     contract: Optional[str] = None   # null: conf/contract.yaml
 
 
+# --- after training: export (issue #5), serve / compare (issue #6), calibrate (issue #4).
+# Each stage owns its block; all live in the one `mens` config so a typo fails at compose time.
+@dataclass
+class ExportConfig:
+    out: Optional[str] = None        # null: <run dir>/export
+    merged: bool = True              # HF model dir of base + adapter merged
+    gguf: List[str] = field(default_factory=lambda: ["f16", "q8_0"])   # merged-model GGUF types
+    adapter_gguf: bool = True        # GGUF LoRA adapter (general.type = adapter)
+    modelfile: bool = True           # Ollama Modelfile
+    verify: bool = False             # check the GGUFs against a real llama.cpp
+
+
+@dataclass
+class ServeConfig:
+    host: str = "127.0.0.1"
+    port: int = 8089
+    api_key: Optional[str] = None    # optional bearer token
+    adapters: List[str] = field(default_factory=list)   # more slots: NAME=DIR or DIR
+
+
+@dataclass
+class CompareConfig:
+    runs: List[str] = field(default_factory=list)   # run dirs or globs (across-runs mode)
+    out: Optional[str] = None
+
+
+@dataclass
+class CalibrateConfig:
+    steps: int = 3                   # optimizer steps measured per record
+
+
 @dataclass
 class MensConfig:
     hw: HwConfig = MISSING           # not in the defaults list: `+hw=NAME`, else auto
@@ -183,6 +214,11 @@ class MensConfig:
     rerun: Optional[str] = None      # a run dir: re-launch from its spec.yaml (new run dir)
     resume: Optional[str] = None     # a run dir: continue it from its last checkpoint
     logger: str = "wandb"            # wandb (offline) | csv | none
+    run: Optional[str] = None        # a finished run dir: what export / serve / compare read
+    export: ExportConfig = field(default_factory=ExportConfig)
+    serve: ServeConfig = field(default_factory=ServeConfig)
+    compare: CompareConfig = field(default_factory=CompareConfig)
+    calibrate: CalibrateConfig = field(default_factory=CalibrateConfig)
 
 
 # Knobs that accept `auto` or a positive int (checked after compose).

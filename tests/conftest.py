@@ -35,3 +35,24 @@ def mens_cli(tmp_path):
         return subprocess.run([sys.executable, "-m", module, *args], capture_output=True,
                               text=True, cwd=cwd or tmp_path, env=full_env, timeout=900)
     return run
+
+
+# The fast CPU shape every real training in the suite uses (test_train.py has the same list).
+FAST_TRAIN = ["+hw=cpu", "logger=csv", "train.seq_len=256", "train.global_batch=4",
+              "train.micro_batch=4", "curriculum=flat", "train.eval_max_records=6"]
+
+
+@pytest.fixture(scope="session")
+def tiny_run(tmp_path_factory):
+    """One real tiny LoRA run dir (spec.yaml, plan.json, telemetry, adapter/, summary.json),
+    trained once per test session and shared by the export / serve / compare tests. Treat it as
+    read-only: copy it before changing anything in it. lr 1e-3 so the adapter clearly moves."""
+    from mens.compose import compose
+    from mens.plan import plan_run
+    from mens.run import train_run
+
+    out = tmp_path_factory.mktemp("tiny_run")
+    cfg = compose([*FAST_TRAIN, "train.max_steps=10", "lane.optimizer.lr=1e-3"])
+    spec, plan = plan_run(cfg, out, "train")
+    train_run(spec, plan, out)
+    return out
