@@ -72,7 +72,7 @@ def train_throughput(steps: int = 12, seq_len: int = 512, micro: int = 4) -> dic
 
     import torch
     from peft import LoraConfig, get_peft_model
-    from transformers import AutoModelForCausalLM, Trainer, TrainingArguments
+    from transformers import AutoModelForCausalLM, Trainer, TrainerCallback, TrainingArguments
 
     from mens.compose import compose
     from mens.corpus import is_pair, load_spoke
@@ -104,20 +104,29 @@ def train_throughput(steps: int = 12, seq_len: int = 512, micro: int = 4) -> dic
         counted = {"real": 0, "total": 0}
 
         def collator(batch):
-            out = pad_batch(batch, min(seq_len, max(len(e) for e in batch)))
-            counted["real"] += int(out["attention_mask"].sum())
-            counted["total"] += out["attention_mask"].numel()
-            return out
+            return pad_batch(batch, min(seq_len, max(len(e) for e in batch)))
+
+        class Counting(Trainer):   # count at the step itself (accelerate's loader reads ahead)
+            def training_step(self, model, inputs, *a, **kw):
+                counted["real"] += int(inputs["attention_mask"].sum())
+                counted["total"] += inputs["attention_mask"].numel()
+                return super().training_step(model, inputs, *a, **kw)
 
         args = TrainingArguments(output_dir=str(Path(tmp) / "hf"), per_device_train_batch_size=micro,
                                  max_steps=steps, learning_rate=1e-3, logging_steps=1000,
                                  save_strategy="no", report_to=[], use_cpu=True,
                                  dataloader_num_workers=0, remove_unused_columns=False, seed=0)
-        trainer = Trainer(model=model, args=args, train_dataset=exs, data_collator=collator)
-        t0 = time.perf_counter()
+        marks: list[tuple[float, int]] = []
+
+        class Marks(TrainerCallback):   # (time, real tokens so far) at each optimizer step
+            def on_step_end(self, args, state, control, **kw):
+                marks.append((time.perf_counter(), counted["real"]))
+
+        trainer = Counting(model=model, args=args, train_dataset=exs, data_collator=collator,
+                          callbacks=[Marks()])
         trainer.train()
-        hf_s = time.perf_counter() - t0
-    hf_tps = counted["real"] / hf_s
+    # per-step rates from step 2 on, as mens's TRAIN_STEP rows are (its first step is skipped too)
+    hf_tps = statistics.median((b[1] - a[1]) / (b[0] - a[0]) for a, b in zip(marks, marks[1:]))
     hf_waste = 100 * (1 - counted["real"] / counted["total"])
     result = {"mens_tokens_per_s": mens_tps, "hf_tokens_per_s": hf_tps,
               "ratio": mens_tps / hf_tps, "mens_padding_waste_pct": mens_waste,

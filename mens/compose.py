@@ -90,6 +90,11 @@ def validate(cfg: DictConfig) -> None:
             raise ConfigError(
                 f"`{key}={value}` is not valid: it takes `auto` or a positive integer "
                 f"(e.g. `{key}=auto` lets the planner choose).", key=key)
+    lr = OmegaConf.select(cfg, "lane.optimizer.lr")
+    if lr != AUTO and (isinstance(lr, bool) or not isinstance(lr, (int, float)) or lr <= 0):
+        raise ConfigError(
+            f"`lane.optimizer.lr={lr}` is not valid: it takes `auto` (the rung's recommended "
+            f"rate) or a positive number such as 2e-4.", key="lane.optimizer.lr")
     gc = OmegaConf.select(cfg, "lane.gradient_checkpointing")
     if gc not in (AUTO, True, False):
         raise ConfigError(

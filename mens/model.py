@@ -134,3 +134,22 @@ def apply_lane(model, spec, init_adapter: str | None = None):
 def trainable_count(model) -> tuple[int, int]:
     total = sum(p.numel() for p in model.parameters())
     return sum(p.numel() for p in model.parameters() if p.requires_grad), total
+
+
+def eval_mode(model) -> None:
+    """model.eval(), except bitsandbytes 4-bit linears, which stay in train mode.
+
+    bitsandbytes ≥0.49 repacks a Linear4bit's weight, in place and for good, for a fast CPU
+    inference kernel the first time it runs in eval mode without grad (on CPUs with AVX512-BF16).
+    That kernel has no backward: a QLoRA run evaluated before or during training would then
+    train with wrong gradients (torch only warns "gemv_4bit: an autograd kernel was not
+    registered"). Linear4bit behaves the same in both modes otherwise, so it stays in train mode.
+    """
+    import sys
+
+    model.eval()
+    bnb = sys.modules.get("bitsandbytes")
+    if bnb is not None:
+        for m in model.modules():
+            if isinstance(m, bnb.nn.Linear4bit):
+                m.train()

@@ -28,20 +28,29 @@ def collateral_spoke(name: str) -> str:
 
 
 def examples_for(records, tokenizer, spec, phases, pairs: bool, max_len: int | None = None):
-    from mens.pack import Example, tokenize_chat
+    from mens.pack import IGNORE, Example, tokenize_chat
 
-    out, stats = {}, {}
+    out, stats = {}, {"unsupervised_records_skipped": 0}
     max_len = max_len or spec.train.seq_len
+
+    def supervised(*labels) -> bool:   # the window cut off every answer token: nothing to learn
+        if all(any(x != IGNORE for x in lab[1:]) for lab in labels):
+            return True
+        stats["unsupervised_records_skipped"] += 1
+        return False
+
     for r in records:
         phase = phases.index(r["phase"])
         if pairs:
             c_ids, c_lab = tokenize_chat(tokenizer, r["prompt"] + r["chosen"], max_len, stats)
             r_ids, r_lab = tokenize_chat(tokenizer, r["prompt"] + r["rejected"], max_len, stats)
-            out[r["id"]] = (Example(c_ids, c_lab, phase, r["id"]),
-                            Example(r_ids, r_lab, phase, r["id"]), len(out))   # + pair index
+            if supervised(c_lab, r_lab):
+                out[r["id"]] = (Example(c_ids, c_lab, phase, r["id"]),
+                                Example(r_ids, r_lab, phase, r["id"]), len(out))   # + pair index
         else:
             ids, labels = tokenize_chat(tokenizer, r["messages"], max_len, stats)
-            out[r["id"]] = Example(ids, labels, phase, r["id"])
+            if supervised(labels):
+                out[r["id"]] = Example(ids, labels, phase, r["id"])
     return out, stats
 
 
@@ -52,7 +61,8 @@ def eval_loss(model, examples, micro: int, seq_len: int) -> dict:
 
     device = next(model.parameters()).device
     total, count = 0.0, 0
-    model.eval()
+    from mens.model import eval_mode
+    eval_mode(model)
     with torch.no_grad():
         for i in range(0, len(examples), micro):
             chunk = examples[i:i + micro]
@@ -106,7 +116,7 @@ def train_run(spec, plan, out_dir: Path, resume: bool = False) -> dict:
     from mens.model import apply_lane, load_base, load_tokenizer, trainable_count
     from mens.pack import mask_dtype_for, packing_stats
     from mens.train import MensData, MensModule, reference_logps
-    from mens.trainer import build_trainer
+    from mens.trainer import build_trainer, close_loggers
 
     out_dir = Path(out_dir)
     tel = Telemetry(out_dir / "telemetry.jsonl")
@@ -132,6 +142,17 @@ def train_run(spec, plan, out_dir: Path, resume: bool = False) -> dict:
     phases = list(spec.curriculum.phases)
     examples, tok_stats = examples_for(records, tokenizer, spec, phases, pairs)
     tel.emit("DATA", **{**data_stats, **tok_stats, "spoke": spec.spoke.name})
+    skipped = tok_stats["unsupervised_records_skipped"]
+    if skipped:   # counted in the DATA row, said on the console
+        print(f"mens: skipped {skipped} of {len(records)} {spec.spoke.name} records whose answer "
+              f"lies wholly beyond train.seq_len={spec.train.seq_len} (no token to learn from)",
+              file=sys.stderr)
+    if not examples:
+        from mens.corpus import DataError
+        raise DataError(f"no {spec.spoke.name} record keeps an answer token within "
+                        f"train.seq_len={spec.train.seq_len}: raise train.seq_len (or leave it "
+                        f"auto).", key="train.seq_len")
+    records = [r for r in records if r["id"] in examples]
     sets = _eval_sets(spec, tokenizer)
 
     base = load_base(spec)
@@ -155,9 +176,20 @@ def train_run(spec, plan, out_dir: Path, resume: bool = False) -> dict:
     try:
         trainer.fit(module, datamodule=data, ckpt_path=str(last) if resume and last.exists() else None)
     except SystemExit:
+        close_loggers(trainer, exit_code=Interrupted.code)
         if getattr(trainer, "mens_interrupted", False):
+            tel.emit("TRAIN_INTERRUPTED", exit_code=Interrupted.code, step=trainer.global_step,
+                     checkpoint=str(last))
             raise Interrupted(f"interrupted: checkpoint saved to {last}; resume with "
                               f"`python -m mens resume={out_dir}`.") from None
+        raise
+    except MensError as e:   # e.g. a non-finite loss: recorded, then exit with its code
+        close_loggers(trainer, exit_code=e.code)
+        kept = str(last) if last.exists() else None
+        tel.emit("TRAIN_FAILED", exit_code=e.code, step=trainer.global_step, message=e.message,
+                 checkpoint=kept)
+        e.message += (f" The last checkpoint before the failure is {kept}." if kept else
+                      " No checkpoint had been written yet (train.checkpoint_every).")
         raise
     duration = time.time() - t0
     _save_outputs(model, tokenizer, spec, out_dir)
@@ -166,6 +198,7 @@ def train_run(spec, plan, out_dir: Path, resume: bool = False) -> dict:
         base_eval = _base_from_telemetry(out_dir)
     summary = _summary(spec, plan, base_eval, after, trainer, duration, trainable, total)
     tel.emit("TRAIN_COMPLETE", **summary)
+    close_loggers(trainer, summary)
     tel.close()
     atomic_write(out_dir / "summary.json", json.dumps(summary, indent=2))
     return summary

@@ -281,12 +281,16 @@ def compile_run(cfg: DictConfig, purpose: str = "plan") -> tuple[RunSpec, Plan]:
 
     seq_len = resolve_seq_len(cfg, notes)
     t = cfg.train
+    if lane.optimizer.lr == schema.AUTO:   # the rung's recommendation for this kind of lane
+        which = "full_lr" if lane.kind == "full" else "lora_lr"
+        lane.optimizer.lr = float(getattr(cfg.rung, which))
+    default_gb = cfg.rung.global_batch or t.default_global_batch
     gc = lane.gradient_checkpointing
     req = PlanRequest(
         arch=Arch.of(cfg.rung), lane=lane_model(lane, precision, t.init_adapter),
         backend=cfg.hw.backend, budget_bytes=int(budget_gb * GiB), seq_len=seq_len,
         micro_batch=_auto(t.micro_batch), grad_accum=_auto(t.grad_accum),
-        global_batch=_auto(t.global_batch), default_global_batch=t.default_global_batch,
+        global_batch=_auto(t.global_batch), default_global_batch=default_gb,
         checkpointing=None if gc == schema.AUTO else bool(gc), packing=t.packing,
         margin=max(cfg.plan.uncalibrated_margin, 0.25), contract=cfg.plan.contract,
         tflops=cfg.hw.tflops_bf16)

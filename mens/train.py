@@ -150,9 +150,9 @@ class MensModule(L.LightningModule):
         else:
             loss = self.model(**batch).loss
         if not torch.isfinite(loss):
-            raise RunFailed(f"the loss became {loss.item()} at step {self.global_step} "
-                            f"(epoch {self.current_epoch}); the last good checkpoint is kept in "
-                            f"checkpoints/. Lower lane.optimizer.lr or check the data.")
+            raise RunFailed(f"the loss became {loss.item()} at step {self.global_step + 1} "
+                            f"(epoch {self.current_epoch}): training stopped. Lower "
+                            f"lane.optimizer.lr (or raise warmup) or check the data.")
         self.last["loss"] = loss.detach()
         self.log("train/loss", loss, prog_bar=True)
         return loss
@@ -215,7 +215,8 @@ class MensModule(L.LightningModule):
 def reference_logps(model, pairs: list, spec) -> torch.Tensor:
     """Log-probs of the initial policy on every pair, once: (n_pairs, 2)."""
     out = torch.zeros(len(pairs), 2)
-    model.eval()
+    from mens.model import eval_mode
+    eval_mode(model)
     with torch.no_grad():
         for i in range(0, len(pairs), spec.train.micro_batch):
             chunk = pairs[i:i + spec.train.micro_batch]

@@ -93,18 +93,46 @@ def loggers(spec, out_dir: Path, plan):
     return logger
 
 
+def close_loggers(trainer, summary: dict | None = None, exit_code: int = 0) -> None:
+    """Final numbers into the wandb summary, then finish the run: in a Hydra sweep the jobs
+    share one process, and an unfinished wandb run would swallow the next job's logging."""
+    from lightning.pytorch.loggers import WandbLogger
+
+    for logger in trainer.loggers:
+        if isinstance(logger, WandbLogger):
+            if summary:
+                flat = {k: v for k, v in summary.items() if not isinstance(v, dict)}
+                flat.update({f"collateral/{k}": v for k, v in summary.get("collateral", {}).items()})
+                logger.experiment.summary.update(flat)
+            logger.experiment.finish(exit_code=exit_code)
+
+
 def _sweep_group():
     try:
         from hydra.core.hydra_config import HydraConfig
         hc = HydraConfig.get()
-        if str(hc.mode) == "RunMode.MULTIRUN":
-            return Path(hc.sweep.dir).name
+        if str(hc.mode) == "RunMode.MULTIRUN":   # outputs/multirun/<date>/<time> → <date>_<time>
+            sweep = Path(hc.sweep.dir)
+            return f"{sweep.parent.name}_{sweep.name}"
     except Exception:   # not under Hydra (tests calling train_run directly)
         pass
     return None
 
 
+def quiet_libraries() -> None:
+    """Lightning's INFO banners (device list, a product tip) and two third-party deprecation
+    warnings about the libraries' own internals say nothing about this run; mens prints its
+    plan and progress instead. Warnings about the run itself still show."""
+    import logging
+    import warnings
+
+    logging.getLogger("lightning.pytorch.utilities.rank_zero").setLevel(logging.WARNING)
+    warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\).*")
+    warnings.filterwarnings("ignore", message=r".*is_gradient_checkpointing.*is deprecated.*")
+
+
 def build_trainer(spec, plan, out_dir: Path, tel, data, trainable: int):
+    quiet_libraries()
     planned = data.planned_steps()
     ckpt = MensCheckpoint(tel, dirpath=str(out_dir / "checkpoints"), filename="step{step:06d}",
                           every_n_train_steps=spec.train.checkpoint_every, save_last=True,

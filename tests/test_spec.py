@@ -107,3 +107,25 @@ def test_dpo_from_sft_adapter_plans_the_frozen_reference(compile_run):
     ("NVIDIA GeForce RTX 4080 SUPER", 15.7, "rtx4080s"), ("Tesla T4", 14.6, None)])
 def test_detected_cuda_devices_map_to_tiers(name, gb, tier):
     assert mens.spec.cuda_tier(name, gb) == tier
+
+
+def test_auto_lr_and_batch_come_from_the_rung(compile_run):
+    from mens.spec import load_option
+
+    tiny, big = load_option("rung", "tiny"), load_option("rung", "0.6b")
+    spec, _ = compile_run("+hw=cpu")
+    assert spec.lane.optimizer.lr == tiny.lora_lr
+    assert spec.train.global_batch == (tiny.global_batch or spec.train.default_global_batch)
+    spec, _ = compile_run("+hw=h100", "+rung=0.6b")
+    assert spec.lane.optimizer.lr == big.lora_lr == 2e-4 and spec.train.global_batch == 16
+    spec, _ = compile_run("+hw=h100", "+rung=0.6b", "lane=full")
+    assert spec.lane.optimizer.lr == big.full_lr
+    spec, _ = compile_run("+hw=cpu", "lane.optimizer.lr=3e-4", "train.global_batch=8")
+    assert spec.lane.optimizer.lr == 3e-4 and spec.train.global_batch == 8
+
+
+def test_bad_lr_is_a_config_error(compose):
+    from mens.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="lane.optimizer.lr"):
+        compose(["lane.optimizer.lr=-1"])

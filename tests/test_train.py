@@ -121,3 +121,43 @@ def test_first_telemetry_row_alone_relaunches_the_run(tmp_path):
                            capture_output=True, text=True, timeout=600)
     assert again.returncode == 0, again.stderr
     assert losses(tmp_path / "again") == losses(tmp_path / "orig")
+
+
+def test_qlora_gradients_survive_an_eval_pass(compile_run):
+    """bitsandbytes repacks 4-bit weights for a backward-less CPU kernel on the first eval-mode
+    forward; mens's eval_mode must leave QLoRA's gradients exactly what they were. The control
+    (plain model.eval()) shows the hazard is real on this machine's bitsandbytes."""
+    import torch
+
+    from mens.model import apply_lane, eval_mode, load_base, load_tokenizer
+    from mens.pack import pad_batch
+    from mens.run import examples_for
+
+    spec, _ = compile_run(*FAST, "lane=qlora", "train.seq_len=128", purpose="train")
+    tok = load_tokenizer(spec, [])
+    rec = {"id": "x", "phase": "warmup", "messages": [
+        {"role": "user", "content": "Write a Vox function that adds two numbers."},
+        {"role": "assistant", "content": "fn add(a: int, b: int) -> int { return a + b }"}]}
+    exs, _ = examples_for([rec], tok, spec, ["warmup"], pairs=False)
+    batch = pad_batch(list(exs.values()), 128)
+    batch.pop("real_tokens", None)
+
+    def grads(evaluate):
+        model = apply_lane(load_base(spec), spec)
+        if evaluate:
+            evaluate(model)
+            with torch.no_grad():
+                model(**{k: v for k, v in batch.items() if k != "labels"})
+            model.train()
+        model(**batch).loss.backward()
+        return {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+    # the reference: the same no-grad forward first, with every module left in train mode (a
+    # first no-grad call itself shifts these grads by ~0.4 % vs none at all: bnb state, not mens)
+    ref, after_eval = grads(lambda m: m.train()), grads(eval_mode)
+    after_plain = grads(lambda m: m.eval())
+    assert ref.keys() == after_eval.keys() == after_plain.keys()
+    assert all(torch.equal(ref[k], after_eval[k]) for k in ref)
+    b0 = next(k for k in ref if "layers.0." in k and "lora_B" in k)
+    rel = ((ref[b0] - after_plain[b0]).norm() / ref[b0].norm()).item()
+    assert rel > 0.5, f"control: plain eval() should break the 4-bit backward (rel {rel:.3g})"
