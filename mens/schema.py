@@ -65,6 +65,11 @@ class RungConfig:
     rope_theta: float = 1_000_000.0
     rms_norm_eps: float = 1e-6
     tokenizer_bundled: bool = False  # true only for the embedded tiny rung
+    # What `lane.optimizer.lr: auto` and an auto global batch resolve to for this rung (the
+    # usual LoRA / full fine-tuning recipes; a few-million-parameter model wants a larger lr).
+    lora_lr: float = 2.0e-4
+    full_lr: float = 1.0e-5
+    global_batch: Optional[int] = None   # null: train.default_global_batch
 
 
 @dataclass
@@ -114,7 +119,7 @@ class QuantConfig:
 @dataclass
 class OptimizerConfig:
     name: str = "adamw"              # adamw | adamw_8bit | sgd
-    lr: float = 2.0e-4
+    lr: Any = AUTO                   # auto: the rung's lora_lr (lora/qlora/dpo) or full_lr
     weight_decay: float = 0.0
     betas: List[float] = field(default_factory=lambda: [0.9, 0.999])
 
@@ -177,8 +182,12 @@ class PlanConfig:
 class ExportConfig:
     out: Optional[str] = None        # null: <run dir>/export
     merged: bool = True              # HF model dir of base + adapter merged
-    gguf: List[str] = field(default_factory=lambda: ["f16", "q8_0"])   # merged-model GGUF types
+    dtype: str = "auto"              # merged weights: auto (the base's, as PEFT merges) | bf16 | fp16 | fp32
+    # merged-model GGUF types: f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 (gguf-py);
+    # q4_k_m q5_k_m q6_k (llama.cpp's quantizer, needs llama-cpp-python)
+    gguf: List[str] = field(default_factory=lambda: ["f16", "q8_0"])
     adapter_gguf: bool = True        # GGUF LoRA adapter (general.type = adapter)
+    base_gguf: Optional[str] = "f16"  # base GGUF the adapter applies to (Modelfile FROM); null: none
     modelfile: bool = True           # Ollama Modelfile
     verify: bool = False             # check the GGUFs against a real llama.cpp
 
@@ -186,20 +195,44 @@ class ExportConfig:
 @dataclass
 class ServeConfig:
     host: str = "127.0.0.1"
-    port: int = 8089
+    port: int = 8089                 # 0: any free port (printed, and written to serve.json)
     api_key: Optional[str] = None    # optional bearer token
     adapters: List[str] = field(default_factory=list)   # more slots: NAME=DIR or DIR
+    device: str = "auto"             # auto | cpu | cuda | mps
+    dtype: str = "auto"              # auto: fp32 on CPU (no fast half type), bf16/fp16 on GPUs
+    max_tokens: int = 256            # when a request sets none (and the context allows)
+    max_body_bytes: int = 1048576    # a larger request body gets 413
+    max_header_bytes: int = 16384    # a larger request line + headers gets 431 (h11's default)
+    admin: Optional[str] = None      # promote | rollback | aliases: ask the running server, exit
+    admin_spoke: Optional[str] = None
+    admin_slot: Optional[str] = None   # promote: this slot (default: the spoke's challenger)
 
 
 @dataclass
 class CompareConfig:
     runs: List[str] = field(default_factory=list)   # run dirs or globs (across-runs mode)
-    out: Optional[str] = None
+    out: Optional[str] = None        # null: the command's own run dir
+    prompts: int = 8                 # before/after: the spoke's first N held-out prompts
+    max_tokens: int = 48             # greedy tokens per answer (short: CPU-friendly)
 
 
 @dataclass
 class CalibrateConfig:
-    steps: int = 3                   # optimizer steps measured per record
+    # python -m mens.calibrate: one record per run dir (calibration.json)
+    steps: int = 3                   # optimizer steps measured (step 2 is the first with Adam state)
+    role: str = "fit"                # fit | held_out (held-out records test a fit, never enter it)
+    eval_records: int = 2            # train.eval_max_records when that is null: evaluation is not measured
+    max_rss_gb: Optional[float] = None        # guard: kill the child above this RSS → a lower-bound record
+    max_predicted_gb: Optional[float] = None  # do not run shapes predicted above this → a skipped record
+    timeout_s: float = 7200.0
+    keep_outputs: bool = False       # keep checkpoints/, model/, adapter/ (random weights: usually not)
+    weights_cache: str = "outputs/calibration/weights"   # random weights written for qlora rungs
+    # python -m mens.fit: records → fitted cells in the contract, and a report
+    records: List[str] = field(default_factory=lambda: ["conf/calibration/cpu.jsonl"])  # files, dirs, globs
+    save_records: Optional[str] = None   # also write every collected record to this JSONL
+    out: Optional[str] = None        # contract written (null: plan.contract, else conf/contract.yaml)
+    check: bool = False              # compare a fresh fit with the contract instead of writing it
+    report: Optional[str] = None     # report dir (null: the command's run dir)
 
 
 @dataclass
