@@ -116,8 +116,9 @@ def train_run(spec, plan, out_dir: Path, resume: bool = False) -> dict:
     from mens.model import apply_lane, load_base, load_tokenizer, trainable_count
     from mens.pack import mask_dtype_for, packing_stats
     from mens.train import MensData, MensModule, reference_logps
-    from mens.trainer import build_trainer, close_loggers
+    from mens.trainer import build_trainer, close_loggers, quiet_libraries
 
+    quiet_libraries()
     out_dir = Path(out_dir)
     tel = Telemetry(out_dir / "telemetry.jsonl")
     notes = list(spec.notes)

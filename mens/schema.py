@@ -182,7 +182,7 @@ class PlanConfig:
 class ExportConfig:
     out: Optional[str] = None        # null: <run dir>/export
     merged: bool = True              # HF model dir of base + adapter merged
-    dtype: str = "auto"              # merged weights: auto (the base's, as PEFT merges) | bf16 | fp16 | fp32
+    dtype: str = "auto"              # merged weights: auto (the base's) | bf16 | fp16 | fp32
     # merged-model GGUF types: f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 (gguf-py);
     # q4_k_m q5_k_m q6_k (llama.cpp's quantizer, needs llama-cpp-python)
     gguf: List[str] = field(default_factory=lambda: ["f16", "q8_0"])

@@ -132,7 +132,6 @@ def quiet_libraries() -> None:
 
 
 def build_trainer(spec, plan, out_dir: Path, tel, data, trainable: int):
-    quiet_libraries()
     planned = data.planned_steps()
     ckpt = MensCheckpoint(tel, dirpath=str(out_dir / "checkpoints"), filename="step{step:06d}",
                           every_n_train_steps=spec.train.checkpoint_every, save_last=True,

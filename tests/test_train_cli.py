@@ -75,27 +75,39 @@ def test_ctrl_c_checkpoints_exits_130_and_resumes(tmp_path):
     assert steps[-1] == 10 and json.loads((run / "summary.json").read_text())["steps"] == 10
 
 
-def wandb_groups(run_dir: Path) -> set:
-    """The group recorded in each offline wandb run file (read with wandb's own reader)."""
-    from wandb.proto import wandb_internal_pb2
-    from wandb.sdk.internal import datastore
+def wandb_records(path: Path):
+    """The protobuf Records of an offline `.wandb` file. The file is a LevelDB log (a 7-byte
+    `:W&B` header, then 32 KiB blocks of [crc32 u32, length u16, type u8, data] chunks; type
+    1 = a whole record, 2/3/4 = first/middle/last piece). wandb ≥0.2x reads it only in its Go
+    core, so the framing is read here; the records are parsed with wandb's own protobuf."""
+    import struct
 
-    groups = set()
-    for f in run_dir.glob("wandb/offline-run-*/run-*.wandb"):
-        ds = datastore.DataStore()
-        ds.open_for_scan(str(f))
-        while (data := ds.scan_data()) is not None:
+    from wandb.proto import wandb_internal_pb2
+
+    data, pos, buf = path.read_bytes(), 7, b""
+    assert data[:4] == b":W&B", path
+    while pos + 7 <= len(data):
+        if 32768 - pos % 32768 < 7:          # a block's tail too short for a header: padding
+            pos += 32768 - pos % 32768
+            continue
+        _crc, n, kind = struct.unpack("<IHB", data[pos:pos + 7])
+        buf, pos = buf + data[pos + 7:pos + 7 + n], pos + 7 + n
+        if kind in (1, 4) and buf:
             rec = wandb_internal_pb2.Record()
-            rec.ParseFromString(data)
-            if rec.WhichOneof("record_type") == "run":
-                groups.add(rec.run.run_group)
-    return groups
+            rec.ParseFromString(buf)
+            yield rec
+            buf = b""
+
+
+def wandb_groups(run_dir: Path) -> set:
+    return {rec.run.run_group for f in run_dir.glob("wandb/offline-run-*/run-*.wandb")
+            for rec in wandb_records(f) if rec.WhichOneof("record_type") == "run"}
 
 
 def test_multirun_sweep_gives_each_job_a_run_dir_and_one_wandb_group(tmp_path):
     fast = [a for a in FAST if not a.startswith("logger=")] + ["train.eval_max_records=2"]
     res = mens("-m", "lane=lora,qlora", "spoke=vox_lang,mcp_tool_chain", *fast,
-               "logger=wandb", "train.max_steps=1", "train.seq_len=128", cwd=tmp_path,
+               "logger=wandb", "train.max_steps=1", "train.seq_len=512", cwd=tmp_path,
                timeout=900)
     assert res.returncode == 0, res.stdout + res.stderr
     jobs = sorted(p.parent for p in tmp_path.glob("outputs/multirun/*/*/*/summary.json"))
@@ -107,5 +119,11 @@ def test_multirun_sweep_gives_each_job_a_run_dir_and_one_wandb_group(tmp_path):
         seen.add((summary["lane"], summary["spoke"]))
     assert seen == {(l, s) for l in ("lora", "qlora") for s in ("vox_lang", "mcp_tool_chain")}
     groups = set().union(*(wandb_groups(j) for j in jobs))
+    for job in jobs:   # the run's final numbers reach wandb's summary, for the UI's run table
+        keys = {i.key for f in job.glob("wandb/offline-run-*/run-*.wandb")
+                for rec in wandb_records(f) if rec.WhichOneof("record_type") == "summary"
+                for i in rec.summary.update}
+        assert {"eval_loss_base", "eval_loss_adapter", "predicted_peak_bytes",
+                "measured_peak_bytes", "collateral/eval_loss_adapter"} <= keys
     sweep = jobs[0].parent   # outputs/multirun/<date>/<time>: one group, named after it
     assert groups == {f"{sweep.parent.name}_{sweep.name}"}

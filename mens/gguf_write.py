@@ -1,0 +1,236 @@
+"""GGUF files with gguf-py: the merged (or base) Qwen3 model, and the LoRA adapter.
+
+Names and keys follow llama.cpp's converters (convert_hf_to_gguf.py, convert_lora_to_gguf.py):
+arch `qwen3`, tensor names from `gguf.get_tensor_name_map`, a gpt2-BPE tokenizer with pre `qwen2`,
+1-D tensors (norms) kept F32 at every type. Tensors stream: the header is written from shapes
+alone (`add_tensor_info`), then each tensor is read, quantised by gguf-py and written before the
+next is read. K-quants (q4_k_m …) have no gguf-py quantiser: llama.cpp's own
+(`llama_model_quantize`, via llama-cpp-python) makes them from a lossless GGUF.
+Every file is written under a temp name and renamed into place when complete.
+"""
+from __future__ import annotations
+
+import json
+import os
+from contextlib import contextmanager
+from pathlib import Path
+
+from mens.errors import ConfigError
+
+# gguf-py quantises these in numpy, bit-exact with ggml (gguf/quants.py)
+NUMPY_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1")
+# only llama.cpp's quantizer makes these (LlamaFileType names)
+LLAMA_TYPES = {"q4_k_m": "MOSTLY_Q4_K_M", "q5_k_m": "MOSTLY_Q5_K_M", "q6_k": "MOSTLY_Q6_K"}
+FILE_TYPES = {"f32": "ALL_F32", "f16": "MOSTLY_F16", "bf16": "MOSTLY_BF16", "q8_0": "MOSTLY_Q8_0",
+              "q4_0": "MOSTLY_Q4_0", "q4_1": "MOSTLY_Q4_1", "q5_0": "MOSTLY_Q5_0",
+              "q5_1": "MOSTLY_Q5_1", **LLAMA_TYPES}
+LOSSLESS = {"bf16": "bf16", "fp16": "f16", "fp32": "f32"}   # HF dtype -> GGUF type that keeps it
+
+
+@contextmanager
+def atomic_path(final: Path):
+    """Yield a temp path next to `final`; rename it into place only if the block succeeds."""
+    tmp = final.with_name(f".{final.name}.tmp{os.getpid()}")
+    try:
+        yield tmp
+        os.replace(tmp, final)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+@contextmanager
+def scratch_path(path: Path):
+    """A temp-named file that is always removed (an intermediate, never a final file)."""
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    try:
+        yield tmp
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _ggml_type(name: str):
+    import gguf
+    return {"f32": gguf.GGMLQuantizationType.F32, "f16": gguf.GGMLQuantizationType.F16,
+            "bf16": gguf.GGMLQuantizationType.BF16, "q8_0": gguf.GGMLQuantizationType.Q8_0,
+            "q4_0": gguf.GGMLQuantizationType.Q4_0, "q4_1": gguf.GGMLQuantizationType.Q4_1,
+            "q5_0": gguf.GGMLQuantizationType.Q5_0, "q5_1": gguf.GGMLQuantizationType.Q5_1}[name]
+
+
+def tensor_plan(src, hf_dir: Path, qtype: str) -> list[tuple[str, str, tuple, object]]:
+    """(hf name, gguf name, shape, ggml type) per tensor; the tied lm_head is not written."""
+    import gguf
+
+    cfg = json.loads((hf_dir / "config.json").read_text())
+    name_map = gguf.get_tensor_name_map(gguf.MODEL_ARCH.QWEN3, cfg["num_hidden_layers"])
+    plan = []
+    for n in src.names:
+        if n == "lm_head.weight" and cfg.get("tie_word_embeddings"):
+            continue
+        g = name_map.get_name(n, try_suffixes=(".weight", ".bias"))
+        if g is None:
+            raise ConfigError(f"{hf_dir}: tensor {n} has no GGUF name for arch qwen3; mens "
+                              f"exports Qwen3ForCausalLM models only.", key="export.gguf")
+        shape = tuple(src.shapes[n])
+        t = _ggml_type(qtype)
+        if len(shape) < 2:
+            t = gguf.GGMLQuantizationType.F32           # norms: F32 at every type, as llama.cpp
+        elif shape[-1] % gguf.GGML_QUANT_SIZES[t][0]:
+            t = gguf.GGMLQuantizationType.F16   # rows not a block multiple: as the converters do
+        plan.append((n, g, shape, t))
+    return plan
+
+
+def _model_metadata(w, hf_dir: Path, qtype: str, name: str) -> None:
+    import gguf
+
+    cfg = json.loads((hf_dir / "config.json").read_text())
+    rope = (cfg.get("rope_parameters") or {}).get("rope_theta", cfg.get("rope_theta", 1e6))
+    w.add_type(gguf.GGUFType.MODEL)
+    w.add_name(name)
+    w.add_block_count(cfg["num_hidden_layers"])
+    w.add_context_length(cfg["max_position_embeddings"])
+    w.add_embedding_length(cfg["hidden_size"])
+    w.add_feed_forward_length(cfg["intermediate_size"])
+    w.add_head_count(cfg["num_attention_heads"])
+    w.add_head_count_kv(cfg["num_key_value_heads"])
+    w.add_key_length(cfg["head_dim"])
+    w.add_value_length(cfg["head_dim"])
+    w.add_rope_freq_base(float(rope))
+    w.add_layer_norm_rms_eps(float(cfg["rms_norm_eps"]))
+    w.add_file_type(getattr(gguf.LlamaFileType, FILE_TYPES[qtype]))
+    w.add_quantization_version(gguf.GGML_QUANT_VERSION)
+    add_tokenizer(w, hf_dir, cfg["vocab_size"])
+
+
+def add_tokenizer(w, hf_dir: Path, n_vocab: int) -> None:
+    """gpt2 BPE tokens/types/merges, special ids and chat template, as convert_hf_to_gguf does."""
+    import gguf
+    from transformers import AutoTokenizer
+
+    if not (hf_dir / "tokenizer.json").is_file():
+        raise ConfigError(f"{hf_dir} has no tokenizer.json: a GGUF carries the tokenizer, so the "
+                          f"model dir needs its fast (byte-level BPE) tokenizer.",
+                          key="export.gguf")
+    vocab = gguf.BpeVocab(hf_dir)            # checks: byte-level BPE, no byte fallback
+    tokens = [t for t, _, _ in vocab.bpe_tokens()] + list(vocab.added_tokens_list)
+    types = [gguf.TokenType.NORMAL] * len(tokens)
+    added = json.loads((hf_dir / "tokenizer.json").read_text()).get("added_tokens", [])
+    for a in added:                          # special -> CONTROL (not rendered), else USER_DEFINED
+        if a["id"] < len(tokens):
+            tokens[a["id"]] = a["content"]
+            types[a["id"]] = gguf.TokenType.CONTROL if a["special"] else gguf.TokenType.USER_DEFINED
+    for i in range(len(tokens), n_vocab):    # the embedding may have more rows than the tokenizer
+        tokens.append(f"[PAD{i}]")
+        types.append(gguf.TokenType.UNUSED)
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre("qwen2")             # Qwen2/Qwen3 split regex; the tiny tokenizer uses it
+    w.add_token_list(tokens)
+    w.add_token_types(types)
+    special = gguf.SpecialVocab(hf_dir, load_merges=True, n_vocab=len(tokens))
+    if "bos" not in special.add_special_token:   # add BOS exactly when the HF tokenizer does
+        tok = AutoTokenizer.from_pretrained(str(hf_dir))
+        ids = tok("a").input_ids
+        special.add_special_token["bos"] = len(ids) > 1 and ids[0] == tok.bos_token_id
+    special.add_to_gguf(w, quiet=True)
+
+
+def write_model_gguf(src, hf_dir: Path, out: Path, qtype: str, name: str) -> Path:
+    """A complete qwen3 GGUF of `src` (a SafetensorsDir or MergedWeights) at type `qtype`."""
+    import gguf
+    import numpy as np
+
+    plan = tensor_plan(src, hf_dir, qtype)
+    with atomic_path(out) as tmp:
+        w = gguf.GGUFWriter(tmp, "qwen3")
+        _model_metadata(w, hf_dir, qtype, name)
+        for _, g, shape, t in plan:           # header from shapes alone: nothing loaded yet
+            byte_shape = gguf.quant_shape_to_byte_shape(shape, t)
+            w.add_tensor_info(g, byte_shape, np.dtype(np.uint8), int(np.prod(byte_shape)),
+                              raw_dtype=t)
+        w.write_header_to_file()
+        w.write_kv_data_to_file()
+        w.write_ti_data_to_file()
+        for n, _, _, t in plan:               # one tensor in memory at a time
+            w.write_tensor_data(_convert(src.get(n), t))
+        w.close()
+    return out
+
+
+def _convert(x, t):
+    """A torch tensor -> the GGUF bytes of type t, converted in row chunks so that a large
+    tensor (the 151936-row embedding) never exists in fp32 all at once."""
+    import gguf
+    import numpy as np
+    import torch
+
+    rows = x.reshape(-1, x.shape[-1])                       # [n_rows, row_len]
+    byte_shape = gguf.quant_shape_to_byte_shape(tuple(rows.shape), t)
+    out = np.empty(byte_shape, dtype=np.uint8)
+    step = max(1, 2**22 // rows.shape[1])                  # ~16 MiB of fp32 per chunk
+    for i in range(0, rows.shape[0], step):
+        chunk = rows[i:i + step].to(torch.float32).numpy()
+        out[i:i + step] = gguf.quants.quantize(chunk, t).view(np.uint8).reshape(len(chunk), -1)
+    return out.reshape(gguf.quant_shape_to_byte_shape(tuple(x.shape), t))
+
+
+def write_adapter_gguf(adapter, hf_dir: Path, out: Path, name: str) -> Path:
+    """LoRA adapter GGUF: general.type=adapter, adapter.lora.alpha (f32), <name>.lora_a/.lora_b."""
+    import gguf
+    import numpy as np
+
+    cfg = json.loads((hf_dir / "config.json").read_text())
+    name_map = gguf.get_tensor_name_map(gguf.MODEL_ARCH.QWEN3, cfg["num_hidden_layers"])
+    with atomic_path(out) as tmp:
+        w = gguf.GGUFWriter(tmp, "qwen3")
+        w.add_type(gguf.GGUFType.ADAPTER)
+        w.add_name(name)
+        w.add_string(gguf.Keys.Adapter.TYPE, "lora")
+        w.add_float32(gguf.Keys.Adapter.LORA_ALPHA, float(adapter.alpha))
+        for n, (a, b) in adapter.pairs.items():
+            g = name_map.get_name(n, try_suffixes=(".weight",))
+            if g is None or g.startswith(("token_embd", "output.")):
+                raise ConfigError(f"{adapter.path}: a LoRA on {n} cannot be a GGUF adapter "
+                                  f"(llama.cpp adapts the block matrices only); set "
+                                  f"export.adapter_gguf=false and use the merged GGUF.",
+                                  key="export.adapter_gguf")
+            # PEFT's A [r, in] and B [out, r] as they are; gguf-py reverses dims into ne
+            w.add_tensor(f"{g}.lora_a", a.numpy().astype(np.float32))
+            w.add_tensor(f"{g}.lora_b", b.numpy().astype(np.float32))
+        w.write_header_to_file()
+        w.write_kv_data_to_file()
+        w.write_tensors_to_file()
+        w.close()
+    return out
+
+
+def require_llama_cpp(qtype: str, key: str = "export.gguf"):
+    """llama-cpp-python's module, or exit 2 saying how to get it (checked before any work)."""
+    try:
+        import llama_cpp
+    except ImportError:
+        raise ConfigError(f"{key}={qtype} needs llama.cpp's quantizer, from llama-cpp-python "
+                          f"(`pip install llama-cpp-python==0.3.36`, builds llama.cpp in ~8 min); "
+                          f"or choose a type gguf-py makes: {', '.join(NUMPY_TYPES)}.",
+                          key=key) from None
+    return llama_cpp
+
+
+def llama_quantize(src_gguf: Path, out: Path, qtype: str) -> Path:
+    """A K-quant through llama.cpp's own quantizer (llama-cpp-python's bindings)."""
+    import logging
+
+    import gguf
+
+    llama_cpp = require_llama_cpp(qtype)
+    logging.getLogger("llama-cpp-python").setLevel(logging.ERROR)   # no per-tensor log lines
+    params = llama_cpp.llama_model_quantize_default_params()
+    params.ftype = int(getattr(gguf.LlamaFileType, LLAMA_TYPES[qtype]))
+    params.nthread = os.cpu_count() or 1
+    with atomic_path(out) as tmp:
+        rc = llama_cpp.llama_model_quantize(str(src_gguf).encode(), str(tmp).encode(),
+                                            llama_cpp.byref(params))
+        if rc != 0 or not tmp.is_file():
+            from mens.errors import RunFailed
+            raise RunFailed(f"llama.cpp's quantizer returned {rc} for {qtype} from {src_gguf}.")
+    return out
