@@ -1,4 +1,5 @@
-"""`make bench`: whole-process time of the plan path against `python -c "import torch"`.
+"""`make bench`: the plan path's start-up time against `python -c "import torch"`; training
+throughput and padding waste against a plain transformers Trainer; export memory (0.6b shape).
 
 Commands run interleaved (A B C, A B C, …) so that the shared 2-core box's noise hits each
 alike; the figure that counts is the ratio of medians measured side by side in one run.
@@ -139,6 +140,8 @@ def train_throughput(steps: int = 12, seq_len: int = 512, micro: int = 4) -> dic
 
 if __name__ == "__main__":
     runs = int(sys.argv[1]) if len(sys.argv) > 1 else 7
-    out = {"plan": main(runs), "train": train_throughput()}
+    from mens.export_bench import main as export_memory
+
+    out = {"plan": main(runs), "train": train_throughput(), "export": export_memory()}
     Path("outputs/bench").mkdir(parents=True, exist_ok=True)
     Path("outputs/bench/bench.json").write_text(json.dumps(out, indent=2))

@@ -92,7 +92,7 @@ class Row:
     labels: list[int]          # record starts and padding already -100
     position_ids: list[int]    # 0.. per record; padding counts 0.. as its own pseudo-record
     segment_ids: list[int]
-    phase: int
+    phase: float               # its records' phase; p + 0.5: phase p's row topped up with p+1's
     record_ids: list = field(default_factory=list)
     truncated_records: int = 0
     truncated_tokens: int = 0
@@ -136,7 +136,14 @@ class _FirstFit:
 
 
 def pack(examples: Sequence[Example], seq_len: int, pad_id: int = 0) -> list[Row]:
-    """First-fit-decreasing bin packing, within each phase; rows of phase p before phase p+1.
+    """First-fit-decreasing bin packing, phase by phase, with phase order kept in the output.
+
+    Phase p's rows stay open while phase p+1 is packed: its records (longest first) fill the
+    room they left before new rows open. Without this spill every phase ends in a few half-empty
+    rows (vox_lang at seq_len 1152: 15.7 % padding with seven phases, 3.0 % with one). Rows come
+    out as: phase p's untouched rows (Row.phase = p), the rows p+1 topped up (p + 0.5), then
+    phase p+1's own — so a row of phase p comes after every row holding an earlier phase and
+    before every row holding a later one.
 
     Deterministic: sorted by (-length, original index), so equal lengths keep input order.
     Records longer than seq_len are head-truncated to seq_len (counted on their Row). Empty
@@ -146,10 +153,14 @@ def pack(examples: Sequence[Example], seq_len: int, pad_id: int = 0) -> list[Row
         raise ValueError(f"seq_len must be >= 1, got {seq_len}")
     order = sorted(range(len(examples)), key=lambda i: examples[i].phase)  # stable: keeps order
     rows: list[Row] = []
+    carried: list[list[tuple]] = []   # the previous phase's rows, still open
+    last = None
     for phase, idx in groupby(order, key=lambda i: examples[i].phase):
         idx = sorted(idx, key=lambda i: (-min(len(examples[i]), seq_len), i))
-        bins: list[list[tuple]] = []   # per open row: [(ids, labels, dropped, record_id)]
-        fit = _FirstFit(seq_len, len(idx))
+        bins: list[list[tuple]] = [list(b) for b in carried]   # per row: [(ids, labels, dropped, id)]
+        fit = _FirstFit(seq_len, len(carried) + len(idx))
+        for b in carried:                     # leaf j takes carried row j's used room
+            fit.place(sum(len(item[0]) for item in b))
         for i in idx:
             ids, labels, dropped = _clip(examples[i], seq_len)
             if not ids:
@@ -158,11 +169,16 @@ def pack(examples: Sequence[Example], seq_len: int, pad_id: int = 0) -> list[Row
             if b == len(bins):
                 bins.append([])
             bins[b].append((ids, labels, dropped, examples[i].record_id))
-        rows += [_make_row(b, seq_len, phase, pad_id) for b in bins]
+        n = len(carried)
+        topped = [j for j in range(n) if len(bins[j]) > len(carried[j])]
+        rows += [_make_row(bins[j], seq_len, last, pad_id) for j in range(n) if j not in topped]
+        rows += [_make_row(bins[j], seq_len, last + 0.5, pad_id) for j in topped]
+        carried, last = bins[n:], phase
+    rows += [_make_row(b, seq_len, last, pad_id) for b in carried]
     return rows
 
 
-def _make_row(items: list[tuple], seq_len: int, phase: int, pad_id: int) -> Row:
+def _make_row(items: list[tuple], seq_len: int, phase: float, pad_id: int) -> Row:
     row = Row([], [], [], [], phase)
     for seg, (ids, labels, dropped, rid) in enumerate(items, start=1):
         row.input_ids += ids
