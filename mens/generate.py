@@ -1,0 +1,129 @@
+"""One generation on a slot: transformers `generate` plus what an OpenAI server must add —
+stop strings cut out of the text, `finish_reason`, honest token counts, and incremental text
+for streaming that is exactly the non-streamed text cut into pieces.
+
+Runs on the model thread only (`Slots.run`): it switches the PeftModel's active adapter.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from transformers import StoppingCriteria
+from transformers.generation.streamers import BaseStreamer
+
+
+@dataclass(frozen=True)
+class GenRequest:
+    prompt_ids: tuple[int, ...]
+    max_tokens: int
+    temperature: float = 1.0      # 0 (below 1e-5): greedy
+    top_p: float = 1.0
+    seed: int | None = None
+    stop: tuple[str, ...] = ()
+
+
+@dataclass
+class GenResult:
+    text: str
+    token_ids: list[int]
+    finish_reason: str            # "stop" (end of turn or a stop string) | "length"
+    prompt_tokens: int
+    completion_tokens: int        # every token the model generated, the end-of-turn one included
+
+
+class Decoder(BaseStreamer, StoppingCriteria):
+    """Both streamer and stopping criterion of one `generate` call.
+
+    As a streamer it receives each new token, re-decodes the completion so far and passes on
+    only text that cannot change any more: not a trailing half UTF-8 character (shown as
+    U+FFFD), and not the last len(longest stop)-1 characters, which may be the start of a stop
+    string. As a criterion it ends generation once a stop string appears (transformers'
+    `stop_strings` would also stop there, but it keeps the stop string in the output, and the
+    text would have to be cut here anyway).
+    """
+
+    def __init__(self, tokenizer, stop: tuple[str, ...], on_text: Callable[[str], None] | None,
+                 cancelled: Callable[[], bool] | None):
+        self.tok, self.stop, self.on_text = tokenizer, stop, on_text
+        self.cancelled = cancelled or (lambda: False)
+        self.ids: list[int] = []
+        self.sent = ""
+        self.cut: int | None = None   # where the first stop string starts in the text
+        self._prompt_seen = False
+
+    def text(self) -> str:
+        return self.tok.decode(self.ids, skip_special_tokens=True)
+
+    def put(self, value) -> None:
+        if not self._prompt_seen:     # generate() hands the streamer the prompt first
+            self._prompt_seen = True
+            return
+        self.ids += value.reshape(-1).tolist()
+        if self.cut is not None:
+            return
+        text = self.text()
+        hits = [i for i in (text.find(s) for s in self.stop) if i >= 0]
+        if hits:
+            self.cut = min(hits)
+            self._send(text[:self.cut])
+            return
+        safe = text.rstrip("\ufffd")
+        hold = max((len(s) for s in self.stop), default=1) - 1
+        self._send(safe[:len(safe) - hold] if hold else safe)
+
+    def _send(self, safe: str) -> None:
+        if self.on_text and len(safe) > len(self.sent) and safe.startswith(self.sent):
+            self.on_text(safe[len(self.sent):])
+            self.sent = safe
+
+    def end(self) -> None:
+        pass
+
+    def __call__(self, input_ids, scores, **kwargs):
+        import torch
+        done = self.cut is not None or self.cancelled()
+        return torch.full((input_ids.shape[0],), done, dtype=torch.bool, device=input_ids.device)
+
+    def finish(self) -> str:
+        """The whole completion text; whatever was not streamed yet is sent now."""
+        text = self.text()
+        if self.cut is None:
+            hits = [i for i in (text.find(s) for s in self.stop) if i >= 0]
+            self.cut = min(hits) if hits else None
+        final = text if self.cut is None else text[:self.cut]
+        if self.on_text and final.startswith(self.sent) and len(final) > len(self.sent):
+            self.on_text(final[len(self.sent):])
+            self.sent = final
+        return final
+
+
+def generate(slots, slot, req: GenRequest, on_text: Callable[[str], None] | None = None,
+             cancelled: Callable[[], bool] | None = None) -> GenResult:
+    """Generate on `slot` (model thread). on_text gets each piece of text once it is final."""
+    import torch
+    from transformers import GenerationConfig, StoppingCriteriaList
+
+    # below 1e-5 a temperature divides the logits into inf/nan (sampling would fail): greedy,
+    # as vLLM does
+    sample = req.temperature >= 1e-5
+    if sample:
+        torch.manual_seed(req.seed if req.seed is not None else torch.seed())
+    config = GenerationConfig(
+        max_new_tokens=req.max_tokens, do_sample=sample,
+        temperature=req.temperature if sample else None, top_p=req.top_p if sample else None,
+        top_k=0 if sample else None,   # OpenAI's API has no top-k: do not let a default of 50 apply
+        eos_token_id=slots.eos, pad_token_id=slots.pad)
+    dec = Decoder(slots.tokenizer, req.stop, on_text, cancelled)
+    ids = torch.tensor([list(req.prompt_ids)], device=slots.device)      # (1, P)
+    with torch.inference_mode(), slots.activate(slot):
+        slots.model.generate(input_ids=ids, attention_mask=torch.ones_like(ids),
+                             generation_config=config, streamer=dec,
+                             stopping_criteria=StoppingCriteriaList([dec]))
+    text = dec.finish()
+    out = dec.ids
+    if dec.cut is not None or (out and out[-1] in slots.eos):
+        reason = "stop"
+    else:
+        reason = "length" if len(out) >= req.max_tokens else "stop"   # else: cancelled
+    return GenResult(text, out, reason, len(req.prompt_ids), len(out))

@@ -1,0 +1,90 @@
+"""Helpers shared by the serve tests: adapter copies, and the real server in a subprocess."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+
+
+def adapter_copy(run: Path, dest: Path, scale_b: float) -> Path:
+    """A run dir (spec.yaml + summary + adapter/) whose lora_B matrices are scaled: 0 makes an
+    adapter that must act exactly as the base; 2 makes a different adapter on the same spoke."""
+    from safetensors.torch import load_file, save_file
+
+    dest.mkdir(parents=True)
+    for name in ("spec.yaml", "summary.json", "telemetry.jsonl"):
+        if (run / name).is_file():
+            shutil.copy(run / name, dest / name)
+    shutil.copytree(run / "adapter", dest / "adapter")
+    path = dest / "adapter" / "adapter_model.safetensors"
+    tensors = load_file(str(path))
+    touched = [k for k in tensors if "lora_B" in k]
+    assert touched, "no lora_B tensors in the adapter"
+    for k in touched:
+        tensors[k] = tensors[k] * scale_b
+    save_file(tensors, str(path), metadata={"format": "pt"})
+    return dest
+
+
+@contextmanager
+def running_server(tmp: Path, *overrides: str, timeout: float = 240.0):
+    """`python -m mens.serve ...` on a free 127.0.0.1 port (serve.port=0); yields its URL and
+    process. Always stopped at the end (SIGINT, then SIGKILL if it hangs)."""
+    out = tmp / "serve_run"
+    log = open(tmp / "serve.log", "w")
+    env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mens.serve", "serve.port=0", f"hydra.run.dir={out}", *overrides],
+        stdout=log, stderr=subprocess.STDOUT, cwd=tmp, env=env)
+    try:
+        url = _wait_ready(proc, out / "serve.json", tmp / "serve.log", timeout)
+        yield url, proc
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        log.close()
+
+
+def _wait_ready(proc, info: Path, log: Path, timeout: float) -> str:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if proc.poll() is not None:
+            raise AssertionError(f"server exited {proc.returncode}:\n{log.read_text()[-3000:]}")
+        if info.is_file():
+            url = json.loads(info.read_text())["url"]
+            try:
+                if httpx.get(f"{url}/health", timeout=5).status_code == 200:
+                    return url
+            except httpx.HTTPError:
+                pass
+        time.sleep(0.3)
+    raise AssertionError(f"server not ready in {timeout} s:\n{log.read_text()[-3000:]}")
+
+
+def vox_prompts(n: int) -> list[list[dict]]:
+    """The first n held-out vox_lang conversations, cut before the answer."""
+    from mens.corpus import load_eval
+    from mens.spec import load_option
+
+    out = []
+    for r in load_eval(load_option("spoke", "vox_lang")):
+        if "messages" in r:
+            msgs = r["messages"]
+            last_user = max(i for i, m in enumerate(msgs) if m["role"] == "user")
+            out.append(msgs[:last_user + 1])
+        if len(out) == n:
+            break
+    return out
