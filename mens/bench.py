@@ -138,10 +138,55 @@ def train_throughput(steps: int = 12, seq_len: int = 512, micro: int = 4) -> dic
     return result
 
 
+def padding_table(spoke: str = "vox_lang", seq_lens=(512, 1024, None, 2048)) -> list[dict]:
+    """Padding waste of mens's packing (three_epoch curriculum, all epochs) against one record
+    per row padded to the longest in its micro-batch of 4 (a plain Trainer's collator), per
+    seq_len (None: the spoke's auto seq_len). No training: token accounting only."""
+    from dataclasses import replace
+
+    from mens.compose import compose
+    from mens.corpus import is_pair, load_spoke
+    from mens.model import load_tokenizer
+    from mens.pack import packing_stats
+    from mens.run import examples_for
+    from mens.spec import compile_run
+    from mens.train import epoch_items
+
+    out = []
+    for sl in seq_lens:
+        spec, _ = compile_run(compose(["+hw=cpu", f"spoke={spoke}"] +
+                                      ([f"train.seq_len={sl}"] if sl else [])), "train")
+        tok = load_tokenizer(spec, [])
+        recs = [r for r in load_spoke(spec.spoke, seed=0)[0] if not is_pair(r)]
+        exs, _ = examples_for(recs, tok, spec, list(spec.curriculum.phases), False)
+        recs = [r for r in recs if r["id"] in exs]
+        packed = {"real": 0, "total": 0}
+        padded = {"real": 0, "total": 0}
+        for e in range(spec.curriculum.epochs):
+            st = packing_stats(epoch_items(exs, recs, spec, e, False))
+            packed["real"] += st["real_tokens"]
+            packed["total"] += st["real_tokens"] + st["padded_tokens"]
+            one = epoch_items(exs, recs, replace(spec, train=replace(spec.train, packing=False)),
+                              e, False)
+            for i in range(0, len(one), 4):
+                lens = [min(len(x), spec.train.seq_len) for x in one[i:i + 4]]
+                padded["real"] += sum(lens)
+                padded["total"] += max(lens) * len(lens)
+        out.append({"seq_len": spec.train.seq_len, "auto": sl is None,
+                    "mens_waste_pct": 100 * (1 - packed["real"] / packed["total"]),
+                    "pad_to_longest_waste_pct": 100 * (1 - padded["real"] / padded["total"])})
+    print(f"padding waste on {spoke} (three_epoch): seq_len  mens packing  pad-to-longest x4")
+    for r in out:
+        print(f"  {r['seq_len']:>5}{' (auto)' if r['auto'] else '       '}  {r['mens_waste_pct']:8.1f} %"
+              f"  {r['pad_to_longest_waste_pct']:12.1f} %")
+    return out
+
+
 if __name__ == "__main__":
     runs = int(sys.argv[1]) if len(sys.argv) > 1 else 7
     from mens.export_bench import main as export_memory
 
-    out = {"plan": main(runs), "train": train_throughput(), "export": export_memory()}
+    out = {"plan": main(runs), "train": train_throughput(), "padding": padding_table(),
+           "export": export_memory()}
     Path("outputs/bench").mkdir(parents=True, exist_ok=True)
     Path("outputs/bench/bench.json").write_text(json.dumps(out, indent=2))
