@@ -59,9 +59,12 @@ def eval_loss(model, examples, micro: int, seq_len: int) -> dict:
     import torch
     from mens.pack import IGNORE, pad_batch
 
+    from mens.model import eval_mode
+
     device = next(model.parameters()).device
     total, count = 0.0, 0
-    from mens.model import eval_mode
+    # longest first, so each batch pads to lengths alike (unsorted: ~40 % of slots were padding)
+    examples = sorted(examples, key=len, reverse=True)
     eval_mode(model)
     with torch.no_grad():
         for i in range(0, len(examples), micro):
