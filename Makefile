@@ -41,7 +41,7 @@ test: install ## the test suite (CPU only, skips tests marked slow)
 test-full: install ## every test, slow ones included
 	$(PY) -m pytest -q $(ARGS)
 
-bench: install ## benchmarks: plan-path start-up time vs `import torch`
+bench: install ## benchmarks: plan start-up, train throughput, padding, export memory, held-out memory errors
 	$(PY) -m mens.bench $(ARGS)
 
 export: install ## merged model, GGUFs, GGUF adapter, Modelfile of a run: make export RUN=<run dir> [ARGS=...]
@@ -60,3 +60,22 @@ demo: install ## train the tiny default (or reuse the last run), serve base + ad
 clean: ## remove run outputs (keeps .venv)
 	rm -rf outputs/20* outputs/multirun .pytest_cache
 
+# --- calibration (issue #4): records of measured peaks → fitted cells of conf/contract.yaml ---
+.PHONY: calibrate fit
+ifndef CALIB_DIR
+CALIB_DIR := outputs/calibration/$(shell date +%Y-%m-%d_%H-%M-%S)
+endif
+CALIB_FIT := calib_cpu calib_cpu_0.6b_l8 calib_cpu_0.6b calib_cpu_repeat
+CALIB_HELD := calib_cpu_heldout calib_cpu_heldout_0.6b calib_cpu_heldout_1.7b calib_cpu_heldout_wide
+
+calibrate: install ## CPU calibration sweeps, fit + held-out shapes (hours on 2 cores), then a fit check
+	@rc=0; for r in $(CALIB_FIT) $(CALIB_HELD); do \
+	  $(PY) -m mens.calibrate -m +recipe=$$r hydra.sweep.dir=$(CALIB_DIR)/$$r $(ARGS) || rc=$$?; \
+	done; \
+	$(PY) -m mens.fit "calibrate.records=[$(CALIB_DIR)]" calibrate.check=true \
+	  calibrate.report=$(CALIB_DIR)/report hydra.run.dir=$(CALIB_DIR)/fit || rc=$$?; \
+	echo "records: $(CALIB_DIR); commit them with: make fit ARGS=\"calibrate.records=[$(CALIB_DIR)] calibrate.save_records=conf/calibration/cpu.jsonl\""; \
+	exit $$rc
+
+fit: install ## fit the contract from calibration records + report (default: the committed CPU records)
+	$(PY) -m mens.fit $(ARGS)

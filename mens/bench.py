@@ -1,5 +1,6 @@
 """`make bench`: the plan path's start-up time against `python -c "import torch"`; training
-throughput and padding waste against a plain transformers Trainer; export memory (0.6b shape).
+throughput and padding waste against a plain transformers Trainer; export memory (0.6b shape);
+the memory contract's held-out calibration errors next to two rules of thumb (issue #4).
 
 Commands run interleaved (A B C, A B C, …) so that the shared 2-core box's noise hits each
 alike; the figure that counts is the ratio of medians measured side by side in one run.
@@ -185,8 +186,11 @@ def padding_table(spoke: str = "vox_lang", seq_lens=(512, 1024, None, 2048)) -> 
 if __name__ == "__main__":
     runs = int(sys.argv[1]) if len(sys.argv) > 1 else 7
     from mens.export_bench import main as export_memory
+    from mens.fit_report import held_out_table
 
+    print("\nmemory contract on held-out calibration records (conf/calibration/cpu.jsonl):")
+    held = held_out_table()     # no training: the committed records against the committed cells
     out = {"plan": main(runs), "train": train_throughput(), "padding": padding_table(),
-           "export": export_memory()}
+           "export": export_memory(), "calibration_held_out": held}
     Path("outputs/bench").mkdir(parents=True, exist_ok=True)
     Path("outputs/bench/bench.json").write_text(json.dumps(out, indent=2))

@@ -5,6 +5,8 @@ bytes; `components()` returns them by name so the planner can show how it knows.
 """
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -82,7 +84,28 @@ class Shape:
 @lru_cache(maxsize=8)
 def load_contract(path: str | None = None) -> Mapping:
     with open(path or CONTRACT_PATH) as f:
-        return yaml.load(f, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+        data = yaml.load(f, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    data.setdefault("cells", {})
+    return data
+
+
+def model_digest(model: Mapping) -> str:
+    """Fingerprint of the analytic model's constants: a cell fitted under other constants is
+    stale (its coefficients corrected different formulas), so the planner ignores it."""
+    text = json.dumps(model, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def usable_cell(contract: Mapping, key: str) -> Mapping | None:
+    """The cell's fit, if it was fitted under this model (else stale: None). Whether it counts
+    as *calibrated* (uncertainty ≤ 10 %, held-out records inside it) is the cell's own flag:
+    an uncalibrated fit still gives the best coefficients, under the larger margin."""
+    cell = (contract.get("cells") or {}).get(key)
+    if not cell or "coefficients" not in cell:
+        return None
+    if cell.get("model_digest") != model_digest(contract["model"]):
+        return None
+    return cell
 
 
 def cell_key(backend: str, lane: LaneModel, checkpointing: bool) -> str:
@@ -93,6 +116,10 @@ def nf4_bytes_per_param(double_quant: bool, blocksize: int, bits: int = 4) -> fl
     # one absmax per block: fp32, or 8-bit plus one fp32 per 256 blocks when double-quantised
     constants = (1 + 4 / 256) / blocksize if double_quant else 4 / blocksize
     return bits / 8 + constants
+
+
+def precision_class(precision: str) -> str:
+    return "fp32" if DTYPE_BYTES[precision] == 4 else "half"
 
 
 def components(arch: Arch, lane: LaneModel, shape: Shape, backend: str,
@@ -109,6 +136,7 @@ def components(arch: Arch, lane: LaneModel, shape: Shape, backend: str,
     # --- weights and what trains -------------------------------------------------------------
     if lane.kind == "full":
         weights, trainable = 0, p["total"]
+        largest = arch.vocab * h if arch.tied else max(arch.vocab * h, i * h)   # embed / lm_head
     elif lane.kind == "qlora":
         dense = p["embed"] + p["lm_head"] + p["norms"]
         weights = int(dense * wb + p["linear"] * nf4_bytes_per_param(
@@ -117,45 +145,101 @@ def components(arch: Arch, lane: LaneModel, shape: Shape, backend: str,
     else:  # lora, dpo: a frozen base plus adapters
         weights = p["total"] * wb
         trainable = arch.lora_params(lane.lora_r, lane.lora_targets)
+    if lane.kind != "full":   # the largest adapter matrix: r × the widest target side
+        shapes = arch.linear_shapes()
+        largest = lane.lora_r * max((max(shapes[t]) for t in lane.lora_targets), default=0)
     if lane.frozen_adapter_copy:
         weights += trainable * tb
 
     # --- activations: (b, s, ·) tensors autograd keeps for backward ---------------------------
-    per_token = wb * (m["act_hidden"] * h + m["act_intermediate"] * i
-                      + m["act_q"] * q + m["act_kv"] * kv)
-    if m["norm_fp32_upcast"] and wb < 4:
-        per_token += 4 * (2 * h + q + kv)
-    if lane.kind != "full" and lane.lora_dropout > 0:   # PEFT keeps dropout(x) per target
-        shapes = arch.linear_shapes()
-        per_token += (wb + 1) * sum(shapes[t][0] for t in lane.lora_targets)
-    scores = 0
-    if m["attn_scores_materialised"].get(backend, True):
-        scores = 2 * wb * b * arch.heads * s * s          # (b, a, s, s) softmax in + out
-    layer = s * b * per_token + scores
-    if shape.checkpointing:
-        activations = L * s * b * m["ckpt_hidden"] * h * wb + layer
+    # Split by tensor size: on CPU, glibc serves allocations of mmap_threshold and up from
+    # mmap and returns them when freed; smaller ones come from its heap, which keeps freed
+    # chunks — their coefficient carries that retention, the large ones' stays near 1.
+    big = (m["mmap_threshold_mib"].get(backend) or 0) * 2**20
+
+    def cut(tensor_bytes: int, total: int) -> tuple[int, int]:
+        """(heap-sized, mmapped) shares of `total` bytes made of tensors of `tensor_bytes`."""
+        return (0, total) if big and tensor_bytes >= big else (total, 0)
+
+    role = "full" if lane.kind == "full" else "adapter"
+    pc = precision_class(lane.precision)
+    per_dim = m["act_bytes"][pc][role]
+    layer = [0, 0]                             # one layer's set: [heap-sized, mmapped]
+    for dim, width in (("hidden", h), ("intermediate", i), ("q", q), ("kv", kv)):
+        for j, v in enumerate(cut(b * s * width * wb, s * b * per_dim[dim] * width)):
+            layer[j] += v
+    if role == "adapter":                      # each target's lora_A output (r values, fp32)
+        layer[0] += s * b * m["lora_act_bytes"] * lane.lora_r * len(lane.lora_targets)
+        if lane.lora_dropout > 0:              # PEFT keeps dropout(x) per target
+            shapes = arch.linear_shapes()
+            layer[0] += s * b * (wb + 1) * sum(shapes[t][0] for t in lane.lora_targets)
+    if m["attn_scores_materialised"].get(backend, True):   # (b, a, s, s) softmax in + out
+        for j, v in enumerate(cut(b * arch.heads * s * s * wb, 2 * wb * arch.heads * b * s * s)):
+            layer[j] += v
+    if shape.packing:                          # sdpa turns the bool mask into an additive one
+        copies = m["mask_copies"].get(backend, 1)
+        for j, v in enumerate(cut(b * s * s * wb, copies * wb * b * s * s)):
+            layer[j] += v
+    if shape.checkpointing:                    # layer inputs, + one layer's set in recompute
+        inputs = cut(b * s * h * wb, L * s * b * m["ckpt_hidden"] * h * wb)
+        act = [inputs[0] + layer[0], inputs[1] + layer[1]]
     else:
-        activations = L * layer
-    activations += 2 * s * b * h * wb                     # embedding output, final norm
+        act = [L * layer[0], L * layer[1]]
+    for j, v in enumerate(cut(b * s * h * wb, s * b * h * m["outer_act_bytes"][pc][role])):
+        act[j] += v
+
+    # --- what the allocator keeps after tensors are freed (glibc's heap on CPU) --------------
+    ret = m["retention"][backend]
+    retention = 0
+    if role == "adapter" and shape.checkpointing:   # recomputed sets, fragmented by new grads
+        retention += ret["ckpt_recompute"] * L * layer[0]
+    if lane.kind == "qlora":                        # each 4-bit linear dequantized per pass
+        retention += ret["dequant"] * L * sum(
+            cut(a * o * wb, a * o * wb)[0] for a, o in arch.linear_shapes().values())
 
     comps = {
         "weights": int(weights),
-        "trainable": int(trainable * tb),
+        # under autocast (16-bit runs) each fp32 trainable weight also has a 16-bit copy
+        # kept for backward: counted with the trainable weights themselves
+        "trainable": int(trainable * (tb + (m["autocast_copy_bytes"] if wb < 4 else 0))),
         "gradients": int(trainable * tb),
-        "optimizer": int(trainable * m["optimizer_bytes"][lane.optimizer]),
-        "activations": int(activations),
+        "optimizer": int(trainable * m["optimizer_bytes"][lane.optimizer]
+                         + optimizer_step_bytes(m, backend, lane, trainable, largest)),
+        "activations": int(act[0]),
+        "large_activations": int(act[1]),
         "logits": int(b * s * arch.vocab * (wb + 4 * m["logits_fp32_copies"])),
         "packing_mask": int(b * s * s * m["packing_mask_bytes"]) if shape.packing else 0,
+        "retention": int(retention),
         "overhead": int(m["overhead_gb"][backend] * GiB),
     }
     return comps
 
 
+def optimizer_step_bytes(m: Mapping, backend: str, lane: LaneModel, trainable: int,
+                         largest: int) -> int:
+    """AdamW's transient beyond its state: sqrt(v) and its bias-corrected copy, made before the
+    in-place update — per tensor in torch's single-tensor loop, for all tensors at once in the
+    foreach loop (CUDA's default). SGD updates in place."""
+    if not lane.optimizer.startswith("adamw"):
+        return 0
+    step = m["optimizer_step"][backend]
+    return int(step["copies"] * (largest if step["of"] == "largest" else trainable)
+               * m["trainable_bytes"])
+
+
 def predict(comps: Mapping[str, int], cell: Mapping | None, margin: float) -> dict:
-    """Apply a cell's fitted coefficients (or none) and the uncertainty margin."""
+    """Apply a fitted cell's coefficients (or none: all 1). A calibrated cell's own uncertainty
+    replaces the uncalibrated margin; a fitted but uncalibrated one gets the larger of the two.
+    `cell` is what `usable_cell` returns. A cell's uncertainty is relative with an absolute
+    floor (small peaks are dominated by allocator granularity)."""
     coef = (cell or {}).get("coefficients", {})
     corrected = {k: int(v * coef.get(k, 1.0)) for k, v in comps.items()}
     raw = sum(corrected.values()) + int(coef.get("constant", 0.0) * GiB)
+    calibrated = bool(cell and cell.get("calibrated"))
     uncertainty = float(cell["uncertainty"]) if cell else margin
+    if not calibrated:
+        uncertainty = max(uncertainty, margin)
+    floor = int(cell.get("uncertainty_floor_bytes", 0)) if cell else 0
     return {"components": corrected, "raw_bytes": raw, "uncertainty": uncertainty,
-            "peak_bytes": int(raw * (1 + uncertainty)), "calibrated": bool(cell)}
+            "peak_bytes": raw + max(int(raw * uncertainty), floor), "calibrated": calibrated,
+            "fitted": bool(cell)}

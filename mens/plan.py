@@ -20,10 +20,12 @@ WHAT = {
     "weights": "frozen base weights",
     "trainable": "trainable params (fp32)",
     "gradients": "their gradients (fp32)",
-    "optimizer": "optimizer state",
+    "optimizer": "optimizer state (+ AdamW's step transient)",
     "activations": "saved activations",
+    "large_activations": "saved activations in ≥ 32 MiB tensors (CPU: mmapped)",
     "logits": "logits + fp32 loss copies",
     "packing_mask": "4-D packing mask",
+    "retention": "freed memory the allocator keeps (CPU heap)",
     "overhead": "runtime overhead",
 }
 
@@ -82,7 +84,8 @@ def render(spec, plan: Plan, forced: bool = False) -> str:
     for k, v in plan.components.items():
         t.add_row(k, f"{v / GiB:.3f}", WHAT.get(k, ""))
     t.add_row("sum", f"{plan.raw_bytes / GiB:.3f}", "analytic model × cell coefficients")
-    label = "calibrated" if plan.calibrated else "UNCALIBRATED"
+    label = ("calibrated" if plan.calibrated else
+             "UNCALIBRATED, fitted" if plan.fitted else "UNCALIBRATED")
     t.add_row("+ margin", f"{(plan.peak_bytes - plan.raw_bytes) / GiB:.3f}",
               f"{plan.uncertainty:.0%} ({label} cell {plan.cell})")
     t.add_row("predicted peak", f"{plan.peak_bytes / GiB:.3f}", "")

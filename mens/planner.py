@@ -11,7 +11,8 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Mapping
 
 from mens.errors import ConfigError
-from mens.memory import GiB, Arch, LaneModel, Shape, cell_key, components, load_contract, predict
+from mens.memory import (GiB, Arch, LaneModel, Shape, cell_key, components, load_contract, predict,
+                         usable_cell)
 
 ASSUMED_MFU = 0.35   # for time estimates only; labelled as an assumption wherever shown
 
@@ -57,6 +58,7 @@ class Plan:
     budget_bytes: int
     trials: tuple[Trial, ...]
     est_tokens_per_s: float | None = None
+    fitted: bool = False          # the cell has fitted coefficients (calibrated or not)
     ways_out: tuple[str, ...] = field(default=())
 
     @property
@@ -99,8 +101,9 @@ def predict_shape(req: PlanRequest, shape: Shape, contract: Mapping | None = Non
     contract = contract or load_contract(req.contract)
     comps = components(req.arch, req.lane, shape, req.backend, contract)
     key = cell_key(req.backend, req.lane, shape.checkpointing)
-    cell = contract.get("cells", {}).get(key)
-    return {"cell": key, **predict(comps, cell, req.margin)}
+    # a calibrated cell replaces the uncalibrated margin with its own fitted uncertainty; a
+    # fitted one that failed calibration keeps its coefficients under the larger margin
+    return {"cell": key, **predict(comps, usable_cell(contract, key), req.margin)}
 
 
 def plan(req: PlanRequest) -> Plan:
@@ -129,7 +132,7 @@ def plan(req: PlanRequest) -> Plan:
         calibrated=pred["calibrated"], uncertainty=pred["uncertainty"],
         components=pred["components"], raw_bytes=pred["raw_bytes"],
         peak_bytes=pred["peak_bytes"], budget_bytes=req.budget_bytes, trials=tuple(trials),
-        est_tokens_per_s=_tokens_per_s(req, shape))
+        est_tokens_per_s=_tokens_per_s(req, shape), fitted=pred.get("fitted", False))
 
 
 def _tokens_per_s(req: PlanRequest, shape: Shape) -> float | None:

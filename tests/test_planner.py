@@ -147,3 +147,20 @@ def test_refusal_reports_the_smallest_shape_tried():
     assert not p.fits
     assert p.peak_bytes == min(t.peak_bytes for t in p.trials)
     assert (p.shape.micro_batch, p.shape.checkpointing) == (1, True)
+
+
+@pytest.mark.parametrize("lane", ["lora", "qlora", "full"])
+@pytest.mark.parametrize("ckpt", ["true", "false"])
+def test_committed_cpu_cells_label_what_calibration_showed(compile_run, lane, ckpt):
+    """The committed CPU cells (conf/contract.yaml, fitted by `mens.fit` from
+    conf/calibration/cpu.jsonl). lora and full are calibrated and carry their own uncertainty;
+    qlora's fits missed held-out shapes / repeat too loosely on this CPU (fit_report.md), so
+    the planner keeps their coefficients but shows them UNCALIBRATED with the 25 % margin."""
+    _, p = compile_run("+hw=cpu", "hw.memory_gb=64", "+rung=0.6b", f"lane={lane}",
+                       f"lane.gradient_checkpointing={ckpt}", "train.seq_len=512",
+                       "train.micro_batch=1")
+    assert p.cell == f"cpu/{lane}/{'ckpt' if ckpt == 'true' else 'nockpt'}/fp32" and p.fitted
+    if lane == "qlora":
+        assert not p.calibrated and p.uncertainty >= 0.25
+    else:
+        assert p.calibrated and p.uncertainty <= 0.10 and p.peak_bytes < int(p.raw_bytes * 1.25)
