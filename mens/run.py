@@ -159,6 +159,9 @@ def train_run(spec, plan, out_dir: Path, resume: bool = False) -> dict:
     records = [r for r in records if r["id"] in examples]
     sets = _eval_sets(spec, tokenizer)
 
+    from mens.meter import meter_for
+    meter = meter_for(spec.hw.backend)     # the peak as calibration measures it (mens/meter.py)
+    meter.baseline()                       # what is resident before the model loads
     base = load_base(spec)
     model = apply_lane(base, spec, spec.train.init_adapter)
     trainable, total = trainable_count(model)
@@ -177,6 +180,7 @@ def train_run(spec, plan, out_dir: Path, resume: bool = False) -> dict:
     trainer, ckpt = build_trainer(spec, plan, out_dir, tel, data, trainable)
     last = out_dir / "checkpoints" / "last.ckpt"
     t0 = time.time()
+    meter.start()                          # loading and the base evaluation stay outside
     try:
         trainer.fit(module, datamodule=data, ckpt_path=str(last) if resume and last.exists() else None)
     except SystemExit:
@@ -196,11 +200,13 @@ def train_run(spec, plan, out_dir: Path, resume: bool = False) -> dict:
                       " No checkpoint had been written yet (train.checkpoint_every).")
         raise
     duration = time.time() - t0
+    train_peak = meter.safe_read()
     _save_outputs(model, tokenizer, spec, out_dir)
     after = _evaluate(model, sets, spec, tel, "adapter")
     if base_eval is None:   # resumed: the base numbers are in the first run's EVAL rows
         base_eval = _base_from_telemetry(out_dir)
-    summary = _summary(spec, plan, base_eval, after, trainer, duration, trainable, total)
+    summary = _summary(spec, plan, base_eval, after, trainer, duration, trainable, total,
+                       train_peak, meter.kind)
     tel.emit("TRAIN_COMPLETE", **summary)
     close_loggers(trainer, summary)
     tel.close()
@@ -233,13 +239,13 @@ def _save_outputs(model, tokenizer, spec, out_dir: Path) -> None:
     os.replace(tmp, final)
 
 
-def _summary(spec, plan, base, after, trainer, duration, trainable, total) -> dict:
+def _summary(spec, plan, base, after, trainer, duration, trainable, total, train_peak,
+             peak_kind) -> dict:
     import resource
-    measured = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 \
-        if spec.hw.backend == "cpu" else None
-    if spec.hw.backend == "cuda":
-        import torch
-        measured = torch.cuda.max_memory_allocated()
+    # the training window's peak above the pre-model baseline: the quantity the planner
+    # predicts and calibration fits, so the two compare; the whole process's too, on CPU
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    process = rss * (1 if sys.platform == "darwin" else 1024)   # bytes on macOS, KiB on Linux
     return {
         "spoke": spec.spoke.name, "lane": spec.lane.kind, "rung": spec.rung.name,
         "eval_loss_base": base["eval"]["loss"], "eval_loss_adapter": after["eval"]["loss"],
@@ -252,7 +258,6 @@ def _summary(spec, plan, base, after, trainer, duration, trainable, total) -> di
                        "tokens": after["collateral"]["tokens"]},
         "steps": trainer.global_step, "epochs": trainer.current_epoch,
         "duration_s": round(duration, 2), "trainable_params": trainable, "total_params": total,
-        "predicted_peak_bytes": plan.peak_bytes, "measured_peak_bytes": measured,
-        "measured_peak_kind": {"cpu": "process RSS high-water mark (includes the interpreter)",
-                               "cuda": "torch.cuda.max_memory_allocated"}.get(spec.hw.backend),
+        "predicted_peak_bytes": plan.peak_bytes, "measured_peak_bytes": train_peak,
+        "measured_peak_kind": peak_kind, "process_peak_rss_bytes": process,
     }

@@ -127,3 +127,16 @@ def test_slurm_launcher_config_composes_on_the_real_submitit_plugin():
     launcher = cfg.hydra.launcher
     assert launcher._target_.endswith("submitit_launcher.SlurmLauncher")
     assert (launcher.gpus_per_node, launcher.tasks_per_node, launcher.timeout_min) == (1, 1, 120)
+
+
+def test_a_training_run_reports_the_peak_the_planner_predicts(tiny_run):
+    """Every run's summary measures what calibration measures — the training window's peak
+    above the pre-model baseline — so predicted and measured compare run by run; the whole
+    process's high-water mark is kept beside it."""
+    s = json.loads((tiny_run / "summary.json").read_text())
+    plan = json.loads((tiny_run / "plan.json").read_text())
+    assert s["measured_peak_kind"].startswith("cpu: VmHWM above the pre-model VmRSS")
+    assert 0 < s["measured_peak_bytes"] < s["process_peak_rss_bytes"]
+    assert s["predicted_peak_bytes"] == plan["peak_bytes"] and plan["calibrated"]
+    # measured against the prediction in a fresh process: tests/test_train_cli.py (this run
+    # shares pytest's heap, which earlier tests have already shaped)
