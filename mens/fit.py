@@ -16,7 +16,9 @@ the optimizer step that peaks): it is held at 0 and the rest refitted — both s
 On CPU the coefficients also carry glibc's habit of keeping freed heap (activations ~2×). Each
 record weighs by its error relative to max(measured, 512 MiB), the acceptance's own yardstick.
 The cell's uncertainty comes from leave-one-out errors, not in-sample residuals, and is never
-below 2σ of repeated measurements of one shape (the allocator's own run-to-run noise).
+below 2σ of repeated measurements of one shape (the allocator's own run-to-run noise); each
+term's stated uncertainty (3 standard errors) likewise uses a residual variance no smaller
+than that noise, so a re-run of the sweep re-derives coefficients inside it.
 Only `ok` records of role `fit` enter a fit; every other record is
 listed with the reason it was left out. A cell whose records cannot determine its coefficients
 is refused, by name, with what is missing.
@@ -108,7 +110,9 @@ def fit_cell(key: str, recs: list[dict], contract, extrapolation: bool = True,
     n, k = A.shape
     resid = b - A @ beta                                   # weighted residuals
     cov_unscaled = np.linalg.pinv(A.T @ A)
-    s2 = float(resid @ resid) / max(n - k, 1)
+    # weighted residuals are relative errors (from 512 MiB up): their variance cannot be below
+    # the measurement's own run-to-run noise, even where the fit's records happen to agree
+    s2 = max(float(resid @ resid) / max(n - k, 1), (noise or {}).get("sigma", 0.0) ** 2)
     se = np.sqrt(np.maximum(np.diag(cov_unscaled) * s2, 0))
     lev = np.einsum("ij,jk,ik->i", A, cov_unscaled, A)     # hat-matrix diagonal
     # leave-one-out predictions (PRESS): what each record would see from a fit without it
