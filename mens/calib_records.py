@@ -8,7 +8,7 @@ import glob
 import json
 from pathlib import Path
 
-from mens.memory import Arch, LaneModel, Shape, components
+from mens.memory import Arch, LaneModel, Shape, components, predict
 
 ROOT = Path(__file__).resolve().parent.parent
 MiB = 2**20
@@ -74,6 +74,6 @@ def why_excluded(r: dict) -> str | None:
 
 
 def predicted_raw(r: dict, cell: dict | None, contract) -> int:
-    comps = record_components(r, contract)
-    coef = (cell or {}).get("coefficients", {})
-    return int(sum(v * coef.get(k, 1.0) for k, v in comps.items()))
+    """The fitted (or, without a cell, analytic) prediction for a record's shape, before any
+    uncertainty: the planner's own arithmetic (mens.memory.predict)."""
+    return predict(record_components(r, contract), cell, 0.0)["raw_bytes"]

@@ -35,7 +35,7 @@ import numpy as np
 from mens.calib_records import (BIG, TERMS, MiB, collect, predicted_raw,  # noqa: F401
                                 record_components, resolve, term_columns, why_excluded)
 from mens.errors import ConfigError
-from mens.memory import load_contract, model_digest
+from mens.memory import load_contract, model_digest, with_uncertainty
 
 MIN_SHARE = 0.01        # below this share of every record's prediction a term is not fitted
 U_MIN = 0.02            # no cell claims better than ±2 %
@@ -254,7 +254,7 @@ def validate(cell: dict, held: list[dict], contract) -> dict:
     rows, bad = [], []
     for r in held:
         m, p = r["measured_peak_bytes"], predicted_raw(r, cell, contract)
-        peak = p + max(int(p * cell["uncertainty"]), cell["uncertainty_floor_bytes"])
+        peak = with_uncertainty(p, cell["uncertainty"], cell["uncertainty_floor_bytes"])
         err = 100 * (p - m) / m
         off = (abs(err) > 100 * U_CALIBRATED if m >= BIG else abs(p - m) > FLOOR_CALIBRATED)
         row = {"id": r["id"], "status": r["status"], "measured_bytes": int(m),

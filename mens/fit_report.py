@@ -11,10 +11,9 @@ import statistics
 from pathlib import Path
 
 from mens.calib_records import BIG, MiB, collect, record_components, resolve
-from mens.memory import load_contract, predict, usable_cell
+from mens.memory import MIN_UNCALIBRATED_MARGIN, load_contract, predict, usable_cell
 from mens.rules import RULES
 
-UNCALIBRATED_MARGIN = 0.25   # what the planner adds to a cell with no usable fit
 ACCEPT = {"median_pct": 5.0, "max_pct": 10.0, "small_mib": 64.0}
 
 
@@ -27,7 +26,7 @@ def rows(records: list[dict], contract) -> list[dict]:
         if m is None or r.get("status") not in ("ok", "lower_bound"):
             continue
         pred = predict(record_components(r, contract), usable_cell(contract, r["cell"]),
-                       UNCALIBRATED_MARGIN)
+                       MIN_UNCALIBRATED_MARGIN)
         row = {"id": r["id"], "role": r.get("role"), "status": r["status"], "cell": r["cell"],
                "rung": r["rung"]["name"], "seq_len": r["seq_len"], "micro_batch": r["micro_batch"],
                "measured": m, "big": m >= BIG, "calibrated": pred["calibrated"],

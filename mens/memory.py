@@ -17,6 +17,8 @@ import yaml
 CONTRACT_PATH = Path(__file__).resolve().parent.parent / "conf" / "contract.yaml"
 DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
 GiB = 2**30
+# Added to an uncalibrated cell at least (plan.uncalibrated_margin may ask for more).
+MIN_UNCALIBRATED_MARGIN = 0.25
 
 
 @dataclass(frozen=True)
@@ -96,14 +98,23 @@ def model_digest(model: Mapping) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def usable_cell(contract: Mapping, key: str) -> Mapping | None:
-    """The cell's fit, if it was fitted under this model (else stale: None). Whether it counts
-    as *calibrated* (uncertainty ≤ 10 %, held-out records inside it) is the cell's own flag:
-    an uncalibrated fit still gives the best coefficients, under the larger margin."""
+def stale_note(contract: Mapping, key: str) -> str | None:
+    """What to say when a cell has a fit made under other model constants (it is ignored)."""
     cell = (contract.get("cells") or {}).get(key)
-    if not cell or "coefficients" not in cell:
-        return None
-    if cell.get("model_digest") != model_digest(contract["model"]):
+    if cell and "coefficients" in cell and cell.get("model_digest") != model_digest(contract["model"]):
+        return (f"memory cell {key} was fitted under another version of the contract's model "
+                f"(digest {cell.get('model_digest')}): its fit is ignored and the cell is "
+                f"uncalibrated; refit with `make fit`")
+    return None
+
+
+def usable_cell(contract: Mapping, key: str) -> Mapping | None:
+    """The cell's fit, if it was fitted under this model (else stale: None, see stale_note).
+    Whether it counts as *calibrated* (uncertainty ≤ 10 %, held-out records inside it) is the
+    cell's own flag: an uncalibrated fit still gives the best coefficients, under the larger
+    margin."""
+    cell = (contract.get("cells") or {}).get(key)
+    if not cell or "coefficients" not in cell or stale_note(contract, key):
         return None
     return cell
 
@@ -227,19 +238,24 @@ def optimizer_step_bytes(m: Mapping, backend: str, lane: LaneModel, trainable: i
                * m["trainable_bytes"])
 
 
+def with_uncertainty(raw: int, uncertainty: float, floor: int = 0) -> int:
+    """A prediction's peak: raw plus its uncertainty, relative with an absolute floor (small
+    peaks are dominated by allocator granularity)."""
+    return raw + max(int(raw * uncertainty), floor)
+
+
 def predict(comps: Mapping[str, int], cell: Mapping | None, margin: float) -> dict:
     """Apply a fitted cell's coefficients (or none: all 1). A calibrated cell's own uncertainty
     replaces the uncalibrated margin; a fitted but uncalibrated one gets the larger of the two.
-    `cell` is what `usable_cell` returns. A cell's uncertainty is relative with an absolute
-    floor (small peaks are dominated by allocator granularity)."""
+    `cell` is what `usable_cell` returns."""
     coef = (cell or {}).get("coefficients", {})
     corrected = {k: int(v * coef.get(k, 1.0)) for k, v in comps.items()}
-    raw = sum(corrected.values()) + int(coef.get("constant", 0.0) * GiB)
+    raw = sum(corrected.values())
     calibrated = bool(cell and cell.get("calibrated"))
     uncertainty = float(cell["uncertainty"]) if cell else margin
     if not calibrated:
         uncertainty = max(uncertainty, margin)
     floor = int(cell.get("uncertainty_floor_bytes", 0)) if cell else 0
     return {"components": corrected, "raw_bytes": raw, "uncertainty": uncertainty,
-            "peak_bytes": raw + max(int(raw * uncertainty), floor), "calibrated": calibrated,
+            "peak_bytes": with_uncertainty(raw, uncertainty, floor), "calibrated": calibrated,
             "fitted": bool(cell)}

@@ -11,8 +11,8 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Mapping
 
 from mens.errors import ConfigError
-from mens.memory import (GiB, Arch, LaneModel, Shape, cell_key, components, load_contract, predict,
-                         usable_cell)
+from mens.memory import (MIN_UNCALIBRATED_MARGIN, GiB, Arch, LaneModel, Shape, cell_key,
+                         components, load_contract, predict, usable_cell)
 
 ASSUMED_MFU = 0.35   # for time estimates only; labelled as an assumption wherever shown
 
@@ -30,7 +30,7 @@ class PlanRequest:
     default_global_batch: int = 16
     checkpointing: bool | None = None   # None: only when needed
     packing: bool = True
-    margin: float = 0.25                # added to uncalibrated cells
+    margin: float = MIN_UNCALIBRATED_MARGIN   # added to uncalibrated cells
     contract: str | None = None
     tflops: float | None = None
 

@@ -18,7 +18,7 @@ from omegaconf import DictConfig, OmegaConf
 from mens import schema
 from mens.compose import CONF_DIR
 from mens.errors import ConfigError
-from mens.memory import GiB, Arch, LaneModel
+from mens.memory import MIN_UNCALIBRATED_MARGIN, GiB, Arch, LaneModel, load_contract, stale_note
 from mens.planner import Plan, PlanRequest, plan, ways_out
 
 MISSING_VALUE = object()
@@ -292,9 +292,12 @@ def compile_run(cfg: DictConfig, purpose: str = "plan") -> tuple[RunSpec, Plan]:
         micro_batch=_auto(t.micro_batch), grad_accum=_auto(t.grad_accum),
         global_batch=_auto(t.global_batch), default_global_batch=default_gb,
         checkpointing=None if gc == schema.AUTO else bool(gc), packing=t.packing,
-        margin=max(cfg.plan.uncalibrated_margin, 0.25), contract=cfg.plan.contract,
-        tflops=cfg.hw.tflops_bf16)
+        margin=max(cfg.plan.uncalibrated_margin, MIN_UNCALIBRATED_MARGIN),
+        contract=cfg.plan.contract, tflops=cfg.hw.tflops_bf16)
     p = plan(req)
+    stale = stale_note(load_contract(cfg.plan.contract), p.cell)   # said, never silent
+    if stale:
+        notes.append(stale)
     if not p.fits:
         from dataclasses import replace
         p = replace(p, ways_out=ways_out(

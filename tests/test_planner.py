@@ -164,3 +164,20 @@ def test_committed_cpu_cells_label_what_calibration_showed(compile_run, lane, ck
         assert not p.calibrated and p.uncertainty >= 0.25
     else:
         assert p.calibrated and p.uncertainty <= 0.10 and p.peak_bytes < int(p.raw_bytes * 1.25)
+
+
+def test_a_stale_cell_is_said_not_silently_dropped(compile_run, tmp_path):
+    """A cell fitted under other model constants is ignored — and the run says so (a note in
+    the spec, printed with the plan and kept in telemetry), never silently."""
+    from mens.memory import CONTRACT_PATH
+    text = CONTRACT_PATH.read_text()
+    assert "  ckpt_hidden: 1\n" in text
+    stale = tmp_path / "contract.yaml"
+    stale.write_text(text.replace("  ckpt_hidden: 1\n", "  ckpt_hidden: 2\n"))
+    args = ("+hw=cpu", "hw.memory_gb=64", "+rung=0.6b", "lane=lora", "train.seq_len=512",
+            "train.micro_batch=1", "lane.gradient_checkpointing=false")
+    spec, p = compile_run(*args, f"plan.contract={stale}")
+    assert not p.calibrated and not p.fitted and p.uncertainty == 0.25
+    assert any("cpu/lora/nockpt/fp32 was fitted under another version" in n for n in spec.notes)
+    spec, p = compile_run(*args)                        # the committed contract: current
+    assert p.calibrated and not any("another version" in n for n in spec.notes)
