@@ -42,7 +42,7 @@ test-full: install ## every test, slow ones included
 	$(PY) -m pytest -q $(ARGS)
 
 bench: install ## benchmarks: plan start-up, train throughput, padding, export memory, held-out memory errors
-	$(PY) -m mens.bench $(ARGS)
+	$(PY) -m mens.cli.bench $(ARGS)
 
 export: install ## merged model, GGUFs, GGUF adapter, Modelfile of a run: make export RUN=<run dir> [ARGS=...]
 	@test -n "$(RUN)" || { echo "make export RUN=<run dir>  (a finished run, e.g. outputs/<date>/<time>_train)"; exit 2; }
@@ -55,7 +55,7 @@ compare: install ## base vs fine-tuned (RUN=<run dir>) or across runs (RUNS="<di
 	$(PY) -m mens.compare $(if $(RUN),run=$(RUN)) $(RUNS) $(ARGS)
 
 demo: install ## train the tiny default (or reuse the last run), serve base + adapter, ask both
-	$(PY) -m mens.demo $(ARGS)
+	$(PY) -m mens.cli.demo $(ARGS)
 
 clean: ## remove run outputs (keeps .venv)
 	rm -rf outputs/20* outputs/multirun .pytest_cache
@@ -74,7 +74,7 @@ calibrate: install ## CPU calibration sweeps, fit + held-out shapes (hours on 2 
 	done; \
 	$(PY) -m mens.fit "calibrate.records=[$(CALIB_DIR)]" calibrate.check=true \
 	  calibrate.report=$(CALIB_DIR)/report hydra.run.dir=$(CALIB_DIR)/fit || rc=$$?; \
-	echo "records: $(CALIB_DIR); commit them with: make fit ARGS=\"calibrate.records=[$(CALIB_DIR)] calibrate.save_records=conf/calibration/cpu.jsonl\""; \
+	echo "records: $(CALIB_DIR); commit them with: make fit ARGS=\"calibrate.records=[$(CALIB_DIR)] calibrate.save_records=calibration/cpu.jsonl\""; \
 	exit $$rc
 
 fit: install ## fit the contract from calibration records + report (default: the committed CPU records)

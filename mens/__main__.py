@@ -1,56 +1,7 @@
-"""`python -m mens [overrides]`: compile, plan, then train.
-
-`rerun=<run dir>` re-launches a run from its spec.yaml (or its first telemetry row) into a new
-run dir; `resume=<run dir>` continues that run, in place, from its last checkpoint.
-"""
-from __future__ import annotations
-
+"""`python -m mens [overrides]` = `mens train`: compile, plan, then train (mens.cli.train)."""
 import sys
-from pathlib import Path
 
-from omegaconf import DictConfig
-
-
-def task(cfg: DictConfig, out_dir: Path) -> int:
-    from mens.plan import plan_run
-    from mens.run import train_run
-    from mens.spec import load_rerun
-
-    resume = cfg.resume
-    if cfg.rerun or cfg.resume:
-        _no_other_overrides("resume" if resume else "rerun")
-        cfg = load_rerun(cfg.rerun or cfg.resume)
-    if resume:
-        out_dir = Path(resume)   # continue in place
-    spec, plan = plan_run(cfg, out_dir, "train", write=not resume)
-    summary = train_run(spec, plan, out_dir, resume=bool(resume))
-    print(f"mens: done in {summary['duration_s']:.0f} s · eval loss {summary['eval_loss_base']:.3f}"
-          f" (base) → {summary['eval_loss_adapter']:.3f} ({summary['lane']}) on "
-          f"{summary['eval_records']} held-out {summary['spoke']} records · {out_dir}")
-    return 0
-
-
-def _no_other_overrides(what: str) -> None:
-    """rerun/resume take the run's own spec: any other override would be silently ignored."""
-    from hydra.core.hydra_config import HydraConfig
-
-    from mens.compose import DEFAULT_GROUPS
-    from mens.errors import ConfigError
-
-    injected = {f"+{g}={o}" for g, o in DEFAULT_GROUPS.items()}
-    extra = [o for o in HydraConfig.get().overrides.task
-             if o not in injected and not o.startswith((f"{what}=", "hydra."))]
-    if extra:
-        raise ConfigError(f"{what}= re-launches the run exactly as its spec says, so "
-                          f"{' '.join(extra)} would be ignored: drop them, or start a new run "
-                          f"with the changed settings.", key=what)
-
-
-def main() -> None:
-    from mens.cli import main as run
-
-    sys.exit(run(task, name="train"))
-
+from mens.cli.train import main
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

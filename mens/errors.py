@@ -1,13 +1,13 @@
 """Exit codes and one-paragraph errors, the same for every mens command.
 
 0 success · 2 bad config, input or environment · 3 the planner refuses · 4 the run failed while
-running · 130 interrupted after checkpointing. Hydra's and OmegaConf's exceptions are turned into
-a ConfigError here so that no command prints a traceback (unless HYDRA_FULL_ERROR=1).
+running · 130 interrupted after checkpointing. This module imports nothing from mens (every
+stage raises these); mens.config.explain turns Hydra's and OmegaConf's exceptions into a
+ConfigError so that no command prints a traceback (unless HYDRA_FULL_ERROR=1).
 """
 from __future__ import annotations
 
-import difflib
-import re
+from pathlib import Path
 
 EXIT_OK, EXIT_CONFIG, EXIT_REFUSED, EXIT_FAILED, EXIT_INTERRUPTED = 0, 2, 3, 4, 130
 
@@ -36,75 +36,20 @@ class PlanRefused(MensError):
 
 
 class RunFailed(MensError):
+    """The run failed while running (exit 4)."""
     code = EXIT_FAILED
 
 
-def explain(exc: BaseException) -> MensError:
-    """Turn a Hydra / OmegaConf composition error into one actionable paragraph."""
-    if isinstance(exc, MensError):
-        return exc
-    from hydra.errors import MissingConfigException, OverrideParseException
-    from omegaconf.errors import ConfigKeyError, OmegaConfBaseException, ValidationError
-
-    cause = exc.__cause__ or exc.__context__
-    text = str(exc)
-    if isinstance(exc, MissingConfigException):
-        m = re.search(r"Could not find '([^']+)/([^']+)'", text)
-        options = re.findall(r"^\s+(\S+)\s*$", text.split("Available options", 1)[-1], re.M) \
-            if "Available options" in text else []
-        if m:
-            group, option = m.groups()
-            near = difflib.get_close_matches(option, options, n=1)
-            hint = f" Did you mean `{group}={near[0]}`?" if near else ""
-            return ConfigError(
-                f"Unknown option `{option}` in config group `{group}`.{hint} "
-                f"Available: {', '.join(options) or '(none)'} (files in conf/{group}/).",
-                key=group)
-        return ConfigError(f"Missing config: {text.strip()}")
-    if isinstance(exc, OverrideParseException):
-        return ConfigError(f"Cannot parse the override: {text.strip()} Overrides look like "
-                           f"`key=value`, `+group=option` or `group=a,b` with -m.")
-    for err in (cause, exc):
-        if isinstance(err, ValidationError):
-            key = getattr(err, "full_key", None) or _full_key(str(err))
-            first = str(err).splitlines()[0]
-            return ConfigError(
-                f"Wrong type for `{key}`: {first}. Give a value of the schema's type "
-                f"(see mens/schema.py or `python -m mens.plan --cfg job`).", key=key)
-        if isinstance(err, ConfigKeyError):
-            key = getattr(err, "full_key", None) or _full_key(str(err))
-            return _unknown_key_error(key)
-    m = re.search(r"Could not override '([^']+)'", text)
-    if m and "No match in the defaults list" in text:
-        return ConfigError(
-            f"`{m.group(1)}` is not in the defaults list, so it is chosen with a plus: write "
-            f"`+{m.group(1)}=...` (hw, rung and recipe work this way).", key=m.group(1))
-    if m:
-        return _unknown_key_error(m.group(1))
-    m = re.search(r"Multiple values for (\S+?)\.", text)
-    if m:
-        return ConfigError(
-            f"`{m.group(1)}` is chosen twice (e.g. by a recipe and by `+{m.group(1)}=...`): "
-            f"to replace a recipe's choice drop the plus (`{m.group(1)}=NAME`).", key=m.group(1))
-    if "Could not append to config" in text:
-        return ConfigError(
-            f"{text.strip().splitlines()[0]} Use `+group=option` only for hw, rung and recipe "
-            f"(not in the defaults list); use `group=option` for spoke, lane and curriculum.")
-    if isinstance(err := cause or exc, OmegaConfBaseException) or "hydra" in type(exc).__module__:
-        return ConfigError(" ".join(str(err).split()))
-    raise exc
+class Interrupted(MensError):
+    """Ctrl-C during training, after the checkpoint was saved (exit 130)."""
+    code = EXIT_INTERRUPTED
 
 
-def _full_key(text: str) -> str | None:
-    m = re.search(r"full_key:\s*(\S+)", text)
-    return m.group(1) if m else None
+class DataError(ConfigError):
+    """Bad data (exit 2): one paragraph naming file:line, the key and the fix."""
 
-
-def _unknown_key_error(key: str | None) -> ConfigError:
-    from mens.compose import schema_keys
-
-    near = difflib.get_close_matches(key or "", list(schema_keys()), n=1, cutoff=0.6)
-    hint = f" Did you mean `{near[0]}`?" if near else ""
-    return ConfigError(
-        f"Unknown config key `{key}`: the mens schema defines no such key.{hint} "
-        f"Fix its spelling; `python -m mens.plan --cfg job` lists every key.", key=key)
+    def __init__(self, message: str, path: Path | str | None = None, line: int | None = None,
+                 key: str | None = None):
+        where = f"{path}:{line}" if line is not None else f"{path}"
+        super().__init__(f"{where}: {message}" if path is not None else message, key=key)
+        self.path, self.line = (str(path) if path is not None else None), line

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parent.parent   # the repository
 
 # A test run started in the background by a non-interactive shell (`make test &`, nohup)
 # inherits SIGINT ignored, and so would every mens child it starts: the Ctrl-C tests would
@@ -20,13 +20,13 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
 
 @pytest.fixture
 def compose():
-    from mens.compose import compose as _compose
+    from mens.config.compose import compose as _compose
     return _compose
 
 
 @pytest.fixture
 def compile_run(compose):
-    from mens.spec import compile_run as _compile
+    from mens.plan.spec import compile_run as _compile
 
     def run(*overrides, purpose="plan"):
         return _compile(compose(list(overrides)), purpose)
@@ -44,7 +44,7 @@ def mens_cli(tmp_path):
     return run
 
 
-# The fast CPU shape every real training in the suite uses (test_train.py has the same list).
+# The fast CPU shape every real training in the suite uses (one list: tests import it from here).
 FAST_TRAIN = ["+hw=cpu", "logger=csv", "train.seq_len=256", "train.global_batch=4",
               "train.micro_batch=4", "curriculum=flat", "train.eval_max_records=6"]
 
@@ -54,9 +54,9 @@ def tiny_run(tmp_path_factory):
     """One real tiny LoRA run dir (spec.yaml, plan.json, telemetry, adapter/, summary.json),
     trained once per test session and shared by the export / serve / compare tests. Treat it as
     read-only: copy it before changing anything in it. lr 1e-3 so the adapter clearly moves."""
-    from mens.compose import compose
-    from mens.plan import plan_run
-    from mens.run import train_run
+    from mens.config.compose import compose
+    from mens.plan.output import plan_run
+    from mens.train.run import train_run
 
     out = tmp_path_factory.mktemp("tiny_run")
     cfg = compose([*FAST_TRAIN, "train.max_steps=10", "lane.optimizer.lr=1e-3"])

@@ -76,8 +76,8 @@ def _wait_ready(proc, info: Path, log: Path, timeout: float) -> str:
 
 def vox_prompts(n: int) -> list[list[dict]]:
     """The first n held-out vox_lang conversations, cut before the answer."""
-    from mens.corpus import load_eval
-    from mens.spec import load_option
+    from mens.data.corpus import load_eval
+    from mens.config.options import load_option
 
     out = []
     for r in load_eval(load_option("spoke", "vox_lang")):

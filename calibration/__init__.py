@@ -1,0 +1,1 @@
+"""Calibration evidence: the records behind conf/contract.yaml and their report."""

@@ -1,0 +1,1 @@
+"""Shipped config groups, read through importlib.resources (mens.resources)."""

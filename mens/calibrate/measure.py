@@ -1,0 +1,317 @@
+"""`python -m mens.calibrate [overrides]` (and `-m` sweeps): measure one training shape's peak
+memory through the normal training path and write calibration.json into its run dir.
+
+The parent (this Hydra job) stays light: it compiles the plan — the prediction at this moment —
+then runs the measurement in a fresh child process, so one job cannot inflate the next (Hydra
+launchers may reuse a worker), and a child killed by the OOM killer or by the
+`calibrate.max_rss_gb` guard still leaves a record: a lower bound on that shape's peak.
+
+The child runs `mens.run.train_run` unchanged, with two hooks on functions it calls:
+  load_base      the pre-model baseline is read just before the base model loads;
+  build_trainer  a callback resets the high-water mark when training starts and reads it after
+                 every optimizer step, so model loading, evaluation and saving stay outside it.
+Readings (mens/meter.py): CPU, VmHWM − VmRSS-at-baseline after `5 > /proc/self/clear_refs`;
+CUDA, max reserved/allocated after reset_peak_memory_stats; MPS, driver-allocated, sampled.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
+
+from mens.rundir import RunDir
+from mens.errors import EXIT_FAILED, EXIT_OK
+
+RECORD_SCHEMA = 1
+CHILD = "import sys; from mens.calibrate.measure import child_main; child_main(sys.argv[1])"
+
+
+# --- parent --------------------------------------------------------------------------------
+def prepare(cfg: DictConfig) -> list[str]:
+    """Turn a training config into a calibration one: a few optimizer steps, one micro-batch
+    per step, the plan forced (a refused shape is worth measuring), a short evaluation."""
+    from mens.errors import ConfigError
+
+    c, t, notes = cfg.calibrate, cfg.train, []
+    if c.role not in ("fit", "held_out"):
+        raise ConfigError(f"`calibrate.role={c.role}` is not valid: it takes fit or held_out.",
+                          key="calibrate.role")
+    t.max_steps = c.steps
+    if t.micro_batch != "auto" and t.grad_accum == "auto" and t.global_batch == "auto":
+        t.grad_accum = 1          # accumulation adds time per step, not memory: measure one
+    if t.eval_max_records is None:
+        t.eval_max_records = c.eval_records
+    if not cfg.plan.force:
+        cfg.plan.force = True
+        notes.append("plan.force=true: calibration measures shapes the planner would refuse")
+    return notes
+
+
+def task(cfg: DictConfig, out_dir: Path) -> int:
+    from mens.plan.output import plan_run
+
+    notes = prepare(cfg)
+    spec, plan = plan_run(cfg, out_dir, "train")
+    c = cfg.calibrate
+    record = base_record(cfg, spec, plan, out_dir)
+    record["notes"] += notes
+    cap = c.max_predicted_gb
+    if cap is not None and plan.raw_bytes > cap * 2**30:
+        record.update(status="skipped", reason=f"predicted {plan.raw_bytes / 2**30:.2f} GiB "
+                      f"exceeds calibrate.max_predicted_gb={cap:g}: not run")
+        return finish(record, out_dir)
+    weights = None
+    if cfg.rung.init == "random" and cfg.lane.kind == "qlora":
+        weights = materialised_weights(cfg, out_dir)
+        if weights is None:
+            record.update(status="failed", reason="could not write random weights for qlora "
+                          f"(see {out_dir / 'materialise.log'})")
+            return finish(record, out_dir)
+        record["notes"].append(f"qlora on random weights: bitsandbytes quantises as weights "
+                               f"load, so they were written to {weights} first")
+    RunDir(out_dir).write_json("calibrate_job.json", {
+        "config": OmegaConf.to_container(cfg, resolve=True), "weights": weights,
+        "hydra": _hydra_bits(out_dir)}, indent=1)
+    limit = int(c.max_rss_gb * 2**30) if c.max_rss_gb else None
+    res = run_child(out_dir, limit, c.timeout_s)
+    record.update(classify(res))
+    if not c.keep_outputs:   # random-weight models and their optimizer state: nothing to keep
+        for name in (RunDir.CHECKPOINTS, RunDir.MODEL, RunDir.ADAPTER):
+            shutil.rmtree(out_dir / name, ignore_errors=True)
+    return finish(record, out_dir)
+
+
+def finish(record: dict, out_dir: Path) -> int:
+    RunDir(out_dir).write_json("calibration.json", record)
+    m, p = record.get("measured_peak_bytes"), record["predicted_peak_bytes"]
+    got = f"measured {m / 2**20:,.0f} MiB" if m is not None else "no measurement"
+    print(f"mens calibrate: {record['status']} · {record['cell']} · {record['rung']['name']} "
+          f"s={record['seq_len']} b={record['micro_batch']} · {got} · predicted "
+          f"{p / 2**20:,.0f} MiB ({'calibrated' if record['predicted']['calibrated'] else 'uncalibrated'})"
+          f"{' · ' + record['reason'] if record.get('reason') else ''} · {out_dir}")
+    return EXIT_OK if record["status"] in ("ok", "lower_bound", "skipped") else EXIT_FAILED
+
+
+def base_record(cfg, spec, plan, out_dir: Path) -> dict:
+    from mens.plan.memory import Arch, load_contract, model_digest
+    from mens.plan.spec import lane_model
+    from mens.train.telemetry import git_commit, host
+
+    lane = lane_model(spec.lane, spec.lane.precision, spec.train.init_adapter)
+    arch = Arch.of(spec.rung)
+    shape = plan.shape
+    contract = load_contract(spec.plan.contract)
+    date = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+    ident = f"{host()['hostname']}|{date}|{out_dir.resolve()}"
+    return {
+        "schema": RECORD_SCHEMA,
+        "id": f"{spec.rung.name}-{lane.kind}-{'ckpt' if shape.checkpointing else 'nockpt'}-"
+              f"s{shape.seq_len}-b{shape.micro_batch}-{hashlib.sha1(ident.encode()).hexdigest()[:8]}",
+        "role": cfg.calibrate.role, "status": "pending", "reason": None,
+        "cell": plan.cell, "backend": spec.hw.backend, "lane": asdict(lane),
+        "checkpointing": shape.checkpointing, "precision": lane.precision,
+        "rung": {"name": spec.rung.name, "init": spec.rung.init, "repo_id": spec.rung.repo_id},
+        "arch": asdict(arch), "params": arch.params()["total"],
+        "seq_len": shape.seq_len, "micro_batch": shape.micro_batch, "packing": shape.packing,
+        "grad_accum": plan.grad_accum, "steps": cfg.calibrate.steps,
+        "measured_peak_bytes": None, "measured_kind": None,
+        "predicted_peak_bytes": plan.peak_bytes,
+        "predicted": {"raw_bytes": plan.raw_bytes, "peak_bytes": plan.peak_bytes,
+                      "uncertainty": plan.uncertainty, "calibrated": plan.calibrated,
+                      "components": plan.components, "verdict": plan.verdict,
+                      "budget_bytes": plan.budget_bytes, "contract_version": contract["version"],
+                      "model_digest": model_digest(contract["model"])},
+        "tokens_per_s": None, "hw": {k: getattr(spec.hw, k) for k in
+                                     ("name", "backend", "description", "memory_gb")},
+        "host": host(), "versions": spec.versions, "git": git_commit(), "date": date,
+        "logger": spec.logger, "sweep": _hydra_bits(out_dir).get("sweep_dir"),
+        "run_dir": str(out_dir), "notes": list(spec.notes),
+    }
+
+
+def _hydra_bits(out_dir: Path) -> dict:
+    try:
+        from hydra.core.hydra_config import HydraConfig
+        hc = HydraConfig.get()
+        mode = str(hc.mode).split(".")[-1]
+        return {"mode": mode, "sweep_dir": str(hc.sweep.dir) if mode == "MULTIRUN" else None,
+                "run_dir": str(out_dir)}
+    except ValueError:   # called outside a Hydra app
+        return {"mode": "RUN", "sweep_dir": None, "run_dir": str(out_dir)}
+
+
+def run_child(out_dir: Path, limit: int | None, timeout_s: float) -> dict:
+    """Run the measurement child; watch its RSS (the guard) and its exit. Returns what it said
+    (measure.json) plus how it ended."""
+    import psutil
+
+    with open(out_dir / "child.log", "w") as log:
+        proc = subprocess.Popen([sys.executable, "-c", CHILD, str(out_dir)], stdout=log,
+                                stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        ps, seen, killed, t0 = psutil.Process(proc.pid), 0, None, time.time()
+        while proc.poll() is None:
+            try:
+                rss = ps.memory_info().rss
+            except psutil.Error:
+                rss = 0
+            seen = max(seen, rss)
+            if limit and rss > limit:
+                killed = f"killed by the calibrate.max_rss_gb guard at {rss / 2**30:.2f} GiB RSS"
+            elif time.time() - t0 > timeout_s:
+                killed = f"killed after calibrate.timeout_s={timeout_s:g}"
+            if killed:
+                proc.kill()
+                proc.wait()
+                break
+            time.sleep(0.05)
+    path = out_dir / "measure.json"
+    said = json.loads(path.read_text()) if path.is_file() else {}
+    return {"pid": proc.pid, "returncode": proc.returncode, "killed": killed, "max_rss_seen": seen,
+            "wall_s": round(time.time() - t0, 1), "child": said}
+
+
+def classify(res: dict) -> dict:
+    """ok: every step measured. lower_bound: died (OOM, guard, signal) inside the window — the
+    highest reading so far bounds the true peak from below. failed: nothing to bound with."""
+    child, rc = res["child"], res["returncode"]
+    steps = child.get("steps") or []
+    out = {"measured_kind": child.get("kind"), "baseline_bytes": child.get("baseline_bytes"),
+           "load_peak_bytes": child.get("load_peak_bytes"),
+           "window_start_bytes": child.get("window_start_bytes"), "step_peaks_bytes":
+           [s["peak_bytes"] for s in steps], "batch_shapes": child.get("batch_shapes"),
+           "tokens_per_s": child.get("tokens_per_s"), "step_s": child.get("step_s"),
+           "child": {"pid": res.get("pid"), "returncode": rc, "wall_s": res["wall_s"],
+                     "killed": res["killed"],
+                     "error": child.get("error"), "max_rss_seen": res["max_rss_seen"]}}
+    out.update(child.get("extra") or {})
+    if child.get("window_complete"):
+        out.update(status="ok", measured_peak_bytes=max(out["step_peaks_bytes"]))
+        if rc != 0:   # died after the last measured step (saving, evaluation): still measured
+            out["reason"] = f"child ended with {rc} after the measured window: {child.get('error')}"
+        return out
+    base = child.get("baseline_bytes")
+    bound = max(out["step_peaks_bytes"] + [child.get("window_peak_bytes") or 0])
+    if base is not None and child.get("kind", "").startswith("cpu"):
+        bound = max(bound, res["max_rss_seen"] - base)   # the guard's own samples
+    if res["killed"] or child.get("error"):
+        why = res["killed"] or child["error"]
+    elif rc is not None and rc < 0:
+        why = f"child killed by signal {-rc}" + (" (the kernel's OOM killer sends SIGKILL)"
+                                                  if rc == -9 else "")
+    else:
+        why = f"child exited {rc}"
+    if base is None or not (child.get("window_started") or res["killed"]) or bound <= 0:
+        return {**out, "status": "failed", "reason": why}
+    return {**out, "status": "lower_bound", "measured_peak_bytes": int(bound), "reason": why}
+
+
+def materialised_weights(cfg: DictConfig, out_dir: Path) -> str | None:
+    """Random weights of the rung's architecture on disk (cached by architecture), written by
+    a child of its own so the measurement child starts clean."""
+    from mens.plan.memory import Arch
+
+    arch = asdict(Arch.of(cfg.rung))
+    key = hashlib.sha1(json.dumps(arch, sort_keys=True).encode()).hexdigest()[:10]
+    target = Path(cfg.calibrate.weights_cache) / f"{cfg.rung.name}-{key}"
+    if not (target / "config.json").is_file():
+        rung = json.dumps(OmegaConf.to_container(cfg.rung, resolve=True))
+        code = ("import sys, json; from mens.calibrate.measure import write_random_weights; "
+                "write_random_weights(json.loads(sys.argv[1]), sys.argv[2], int(sys.argv[3]))")
+        with open(out_dir / "materialise.log", "w") as log:
+            rc = subprocess.run([sys.executable, "-c", code, rung, str(target),
+                                 str(cfg.train.seed)], stdout=log, stderr=subprocess.STDOUT).returncode
+        if rc != 0:
+            return None
+    return str(target.resolve())
+
+
+def write_random_weights(rung: dict, target: str, seed: int) -> None:
+    """Seeded random Qwen3 weights (bf16 on disk: values do not matter, bytes on disk do) plus
+    the embedded tiny tokenizer (ids < 4096 fit every rung's vocabulary)."""
+    import torch
+    from transformers import Qwen3ForCausalLM
+
+    from mens.model.load import qwen3_config
+    from mens.resources import ASSETS
+
+    torch.manual_seed(seed)
+    model = Qwen3ForCausalLM(qwen3_config(rung)).to(torch.bfloat16)
+    tmp = Path(f"{target}.tmp{os.getpid()}")
+    model.save_pretrained(str(tmp), safe_serialization=True)
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(ASSETS / "tiny" / name, tmp / name)
+    os.replace(tmp, target)
+
+
+# --- child ---------------------------------------------------------------------------------
+def child_main(run_dir: str) -> None:
+    """One measurement, in a fresh interpreter: compile, hook, train_run, report."""
+    import traceback
+
+    from mens.train.meter import meter_for, window_callback
+
+    out_dir = Path(run_dir)
+    job = json.loads((out_dir / "calibrate_job.json").read_text())
+    report = {"window_started": False, "window_complete": False, "steps": []}
+
+    def say(**kw):
+        report.update(kw)
+        RunDir(out_dir).write_json("measure.json", report, indent=None)
+
+    cfg = _child_config(job)
+    _set_hydra(job["hydra"])
+    import lightning  # noqa: F401  (heavy imports before the baseline: they are not the step)
+
+    import mens.model.load  # noqa: F401
+    import mens.train.trainer  # noqa: F401
+    if cfg.logger == "wandb":
+        import wandb  # noqa: F401
+    from mens.plan.spec import compile_run
+    from mens.train.run import RunHooks, train_run
+
+    spec, plan = compile_run(cfg, "train")
+    meter = meter_for(spec.hw.backend)
+    say(kind=meter.kind)
+    # the window callback goes first: its batch-end reading precedes any checkpoint written there
+    hooks = RunHooks(before_base=lambda: say(baseline_bytes=meter.baseline()),
+                     callbacks=[window_callback(meter, cfg.calibrate.steps, say)])
+    try:
+        train_run(spec, plan, out_dir, hooks=hooks)
+    except BaseException as e:   # recorded for the parent, then the child fails loudly
+        say(error=f"{type(e).__name__}: {str(e)[:500]}", window_peak_bytes=meter.safe_read())
+        traceback.print_exc()
+        sys.exit(EXIT_FAILED)
+
+
+def _child_config(job: dict) -> DictConfig:
+    from mens.config.schema import MensConfig, register
+
+    register()
+    raw = job["config"]
+    if job.get("weights"):   # qlora on random weights: load them as a local snapshot
+        raw["rung"].update(init="pretrained", path=job["weights"])
+    return OmegaConf.merge(OmegaConf.structured(MensConfig), raw)
+
+
+def _set_hydra(bits: dict) -> None:
+    """The parent's Hydra job facts, so the trainer's wandb group (one per sweep) is the same
+    one a normal `-m` run would get."""
+    from hydra.conf import HydraConf
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    hc = OmegaConf.structured(HydraConf)
+    hc.mode = RunMode[bits["mode"]]
+    if bits.get("sweep_dir"):
+        hc.sweep.dir = bits["sweep_dir"]
+    hc.runtime.output_dir = bits["run_dir"]
+    HydraConfig.instance().set_config(OmegaConf.create({"hydra": hc}))

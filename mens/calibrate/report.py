@@ -1,0 +1,196 @@
+"""The fit's report: predicted vs measured for every record (mens and the two rules of thumb,
+side by side on the same shapes), the held-out acceptance summary, and a PNG scatter.
+
+`held_out_table()` prints the held-out table from the committed records and contract; it is
+what `make bench` shows.
+"""
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+
+from mens.calibrate.records import BIG, MiB, collect, record_components, resolve
+from mens.plan.memory import MIN_UNCALIBRATED_MARGIN, load_contract, predict, usable_cell
+from mens.calibrate.rules import RULES
+from mens.rundir import atomic_write
+
+ACCEPT = {"median_pct": 5.0, "max_pct": 10.0, "small_mib": 64.0}
+
+
+def rows(records: list[dict], contract) -> list[dict]:
+    """One row per record with a measurement: mens's prediction as the planner would make it
+    now (this contract), and each rule of thumb's, with errors relative to the measurement."""
+    out = []
+    for r in records:
+        m = r.get("measured_peak_bytes")
+        if m is None or r.get("status") not in ("ok", "lower_bound"):
+            continue
+        pred = predict(record_components(r, contract), usable_cell(contract, r["cell"]),
+                       MIN_UNCALIBRATED_MARGIN)
+        row = {"id": r["id"], "role": r.get("role"), "status": r["status"], "cell": r["cell"],
+               "rung": r["rung"]["name"], "seq_len": r["seq_len"], "micro_batch": r["micro_batch"],
+               "measured": m, "big": m >= BIG, "calibrated": pred["calibrated"],
+               "mens": pred["raw_bytes"], "mens_peak": pred["peak_bytes"],
+               # a lower bound above prediction + uncertainty is an exceedance too: the true
+               # peak is at least that
+               "exceeds": m > pred["peak_bytes"]}
+        for name, rule in RULES.items():
+            row[name] = rule(r)
+        out.append(row)
+    return out
+
+
+def _err(pred: int, m: int) -> float:
+    return 100.0 * (pred - m) / m
+
+
+def summary(rs: list[dict], role: str = "held_out") -> dict:
+    """Acceptance numbers over `ok` rows of a role: relative errors for peaks ≥ 512 MiB,
+    absolute (MiB) below, and how many measurements (lower bounds too) exceed prediction +
+    uncertainty."""
+    sel = [r for r in rs if r["role"] == role and r["status"] == "ok"]
+    big, small = [r for r in sel if r["big"]], [r for r in sel if not r["big"]]
+    out = {"role": role, "records": len(sel), "big": len(big), "small": len(small),
+           "exceeding": [r["id"] for r in rs if r["role"] == role and r["exceeds"]]}
+    for name in ("mens", *RULES):
+        e = [abs(_err(r[name], r["measured"])) for r in big]
+        a = [abs(r[name] - r["measured"]) / MiB for r in small]
+        out[name] = {"median_pct": statistics.median(e) if e else None,
+                     "max_pct": max(e) if e else None, "max_small_mib": max(a) if a else None,
+                     "under": sum(r[name] < r["measured"] for r in sel)}
+    m = out["mens"]
+    out["accepted"] = bool(sel) and not out["exceeding"] and all((
+        m["median_pct"] is None or m["median_pct"] <= ACCEPT["median_pct"],
+        m["max_pct"] is None or m["max_pct"] <= ACCEPT["max_pct"],
+        m["max_small_mib"] is None or m["max_small_mib"] <= ACCEPT["small_mib"]))
+    return out
+
+
+def table(rs: list[dict]) -> str:
+    names = ("mens", *RULES)
+    head = ("| record | role | cell | rung | s×b | measured MiB | "
+            + " | ".join(f"{n} MiB (err)" for n in names) + " | mens peak ± unc. |")
+    lines = [head, "|" + "---|" * (head.count("|") - 1)]
+    for r in rs:
+        cells = []
+        for n in names:
+            e = _err(r[n], r["measured"])
+            cells.append(f"{r[n] / MiB:,.0f} ({e:+.1f} %)" if r["big"] else
+                         f"{r[n] / MiB:,.0f} ({(r[n] - r['measured']) / MiB:+,.0f} MiB)")
+        flag = "" if r["status"] == "ok" else f" [{r['status']}]"
+        lines.append(f"| {r['id']}{flag} | {r['role']} | {r['cell']} | {r['rung']} | "
+                     f"{r['seq_len']}×{r['micro_batch']} | {r['measured'] / MiB:,.0f} | "
+                     + " | ".join(cells) + f" | {r['mens_peak'] / MiB:,.0f}"
+                     f"{' EXCEEDED' if r['exceeds'] else ''}"
+                     f"{'' if r['calibrated'] else ' (uncalibrated)'} |")
+    return "\n".join(lines)
+
+
+def summary_text(s: dict) -> str:
+    def f(v, unit):
+        return "—" if v is None else f"{v:.1f}{unit}"
+    lines = [f"{s['role']}: {s['records']} records ({s['big']} with peaks ≥ 512 MiB, "
+             f"{s['small']} below)"]
+    for name in ("mens", *RULES):
+        m = s[name]
+        lines.append(f"  {name:30} median |err| {f(m['median_pct'], ' %'):>8} · max |err| "
+                     f"{f(m['max_pct'], ' %'):>8} · max |err| below 512 MiB "
+                     f"{f(m['max_small_mib'], ' MiB'):>9} · under-predicts {m['under']}")
+    lines.append(f"  measurements above mens's prediction + uncertainty: "
+                 f"{len(s['exceeding'])} {s['exceeding'] or ''}")
+    lines.append(f"  acceptance (median ≤ 5 %, max ≤ 10 % from 512 MiB, ≤ 64 MiB below, none "
+                 f"above): {'MET' if s['accepted'] else 'NOT MET'}")
+    return "\n".join(lines)
+
+
+def split_text(rs: list[dict]) -> str:
+    """The held-out summary again, separately for cells labelled calibrated and for the rest:
+    the label is the claim, so the acceptance is checked against it."""
+    out = []
+    for label, keep in (("cells labelled calibrated", True), ("cells NOT calibrated", False)):
+        sel = [r for r in rs if r["role"] == "held_out" and r["calibrated"] == keep]
+        if sel:
+            out.append(f"{label}:\n" + summary_text(summary(sel)))
+    return "\n".join(out)
+
+
+def scatter(rs: list[dict], path: Path) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 6))
+    gib = 2**30
+    series = [("mens (fit records)", "mens", "fit", "o"), ("mens (held out)", "mens", "held_out", "s")]
+    series += [(n, n, None, mk) for n, mk in zip(RULES, "^v")]
+    for label, key, role, marker in series:
+        pts = [(r["measured"] / gib, r[key] / gib) for r in rs
+               if r["status"] == "ok" and (role is None or r["role"] == role)]
+        if pts:
+            ax.scatter(*zip(*pts), marker=marker, label=label, alpha=0.75, s=28)
+    lo = min(r["measured"] for r in rs) / gib / 1.5
+    hi = max(max(r["measured"], r["mens"]) for r in rs) / gib * 1.5
+    ax.plot([lo, hi], [lo, hi], "k-", lw=1, label="exact")
+    ax.fill_between([lo, hi], [lo * 0.9, hi * 0.9], [lo * 1.1, hi * 1.1], color="grey",
+                    alpha=0.2, label="±10 %")
+    ax.set(xscale="log", yscale="log", xlabel="measured peak (GiB)", ylabel="predicted (GiB)",
+           title="Predicted vs measured peak memory of a training step")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def report(records, contract, result, out_dir: Path, problems=()) -> dict:
+
+    rs = rows(records, contract)
+    held, fitted = summary(rs, "held_out"), summary(rs, "fit")
+    parts = ["# Calibration fit report", "",
+             f"{len(records)} records · {len(result['cells'])} cell(s) fitted · "
+             f"{len(result['refused'])} refused · {len(result['excluded'])} excluded", ""]
+    for key, cell in sorted(result["cells"].items()):
+        terms = ", ".join(f"{t} {v['coefficient']:.3f} ± {v['uncertainty']:.3f}"
+                          for t, v in cell["terms"].items())
+        parts.append(f"- {key}: {'calibrated' if cell['calibrated'] else 'NOT calibrated'}, "
+                     f"uncertainty {cell['uncertainty']:.1%} (floor "
+                     f"{cell['uncertainty_floor_bytes'] / MiB:.0f} MiB), {len(cell['records'])} "
+                     f"records · {terms}")
+        for why in cell.get("not_calibrated", []):
+            parts.append(f"  - not calibrated: {why}")
+    noise = next((c["repeat_noise"] for c in result["cells"].values() if c.get("repeat_noise")), None)
+    if noise:
+        parts.append(f"- repeated shapes (the measurement's own noise): σ {noise['sigma']:.1%} over "
+                     f"{noise['shapes']} shapes × ≥ 2 runs ({noise['records']} records), widest "
+                     f"spread {noise['max_spread_pct']:.1f} %; no cell claims less than 2σ")
+    parts += [f"- refused: {msg}" for msg in result["refused"].values()]
+    parts += ["", "## Held out", "", "```", summary_text(held), split_text(rs), "```", "",
+              table([r for r in rs if r["role"] == "held_out"]), "",
+              "## Fit records (in-sample)", "", "```", summary_text(fitted), "```", "",
+              table([r for r in rs if r["role"] != "held_out"]), "", "## Excluded", ""]
+    parts += [f"- {x['id']} ({x['cell']}): {x['reason']}" for x in result["excluded"]] or ["none"]
+    parts += ["", "## Problems reading records", ""] + [f"- {p}" for p in problems] or []
+    text = "\n".join(parts) + "\n"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    atomic_write(out_dir / "fit_report.md", text)
+    atomic_write(out_dir / "fit_rows.json", json.dumps(rs, indent=1))
+    if rs:
+        scatter(rs, out_dir / "fit_scatter.png")
+    print(text)
+    print(f"mens fit: report in {out_dir / 'fit_report.md'} and {out_dir / 'fit_scatter.png'}")
+    return {"held_out": held, "fit": fitted}
+
+
+def held_out_table(records: str = "calibration/cpu.jsonl", contract: str | None = None) -> dict:
+    """Print the held-out error table (mens vs the two rules of thumb) from committed records
+    and the committed contract. No training, no torch: for `make bench`."""
+    recs, problems = collect([records])
+    c = load_contract(str(resolve(contract)) if contract else None)
+    rs = [r for r in rows(recs, c) if r["role"] == "held_out"]
+    s = summary(rs, "held_out")
+    print(table(rs))
+    print(summary_text(s))
+    print(split_text(rs))
+    for p in problems:
+        print(f"problem: {p}")
+    return s

@@ -1,0 +1,143 @@
+"""The Hydra app around every mens command: exit codes, one-paragraph errors, sweep outcomes.
+
+Hydra's own error printing exits 1 with a traceback-like dump. mens sets HYDRA_FULL_ERROR
+internally so exceptions reach `main()`, which prints one paragraph and exits with mens's code
+(the user's own HYDRA_FULL_ERROR=1 still gets the full trace). In a `-m` sweep each job's
+outcome is caught and written to its run dir, so every job runs; the sweep exits with the
+highest code any job had.
+"""
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Callable
+
+from hydra.experimental.callback import Callback
+
+from mens.config.explain import explain
+from mens.errors import (EXIT_CONFIG, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_REFUSED,
+                         MensError, RunFailed)
+from mens.rundir import RunDir
+
+_sweep_codes: list[int] = []
+_run_code: list[int] = []   # hydra.main drops the task's return value; keep it here
+
+
+def _print_error(err: MensError) -> None:
+    print(f"mens: error (exit {err.code}): {err.message}", file=sys.stderr)
+
+
+def job(task: Callable) -> Callable:
+    """Wrap task(cfg, out_dir) -> exit code for Hydra: raise in a single run, record in a sweep."""
+    def hydra_task(cfg):
+        from hydra.core.hydra_config import HydraConfig
+        from hydra.types import RunMode
+
+        from mens.config.compose import validate
+        from mens.config.schema import register
+
+        register()
+        hc = HydraConfig.get()
+        out_dir = Path(hc.runtime.output_dir)
+        if hc.mode != RunMode.MULTIRUN:
+            try:
+                validate(cfg)
+                code = task(cfg, out_dir)
+            except Exception as e:  # returned, not raised: Hydra would print its own banner
+                if os.environ.get("_MENS_USER_FULL_ERROR") == "1":
+                    raise
+                err = _as_mens_error(e)
+                _print_error(err)
+                code = err.code
+            _run_code.append(code)
+            return code
+        try:
+            validate(cfg)
+            code = task(cfg, out_dir)
+        except Exception as e:  # every job runs; its outcome is what counts
+            err = _as_mens_error(e)
+            _print_error(err)
+            code, message = err.code, err.message
+        else:
+            message = ""
+        RunDir(out_dir).write_json(RunDir.OUTCOME, {
+            "exit_code": code, "overrides": list(hc.overrides.task), "message": message},
+            indent=None)
+        return code
+    return hydra_task
+
+
+def _as_mens_error(e: Exception) -> MensError:
+    try:
+        return explain(e)
+    except Exception:
+        if os.environ.get("_MENS_USER_FULL_ERROR") == "1":
+            raise
+        return RunFailed(f"unexpected {type(e).__name__}: {e} (HYDRA_FULL_ERROR=1 shows the "
+                         f"full trace; please report it)")
+
+
+class SweepOutcomes(Callback):
+    """Prints each job's outcome as it ends and a summary at the end of a sweep."""
+
+    def on_job_end(self, config, job_return, **kwargs) -> None:
+        from hydra.types import RunMode
+        if config.hydra.mode != RunMode.MULTIRUN:
+            return
+        code = job_return.return_value if isinstance(job_return.return_value, int) else EXIT_FAILED
+        _sweep_codes.append(code)
+        word = {EXIT_OK: "ok", EXIT_CONFIG: "bad config", EXIT_REFUSED: "refused",
+                EXIT_FAILED: "failed"}.get(code, "exit")
+        print(f"[sweep] job {config.hydra.job.num}: {word} (exit {code}) "
+              f"{' '.join(config.hydra.overrides.task)}")
+
+    def on_multirun_end(self, config, **kwargs) -> None:
+        bad = sum(1 for c in _sweep_codes if c)
+        print(f"[sweep] {len(_sweep_codes)} jobs, {len(_sweep_codes) - bad} ok, {bad} not ok; "
+              f"outputs under {config.hydra.sweep.dir}")
+
+
+def main(task: Callable, argv: list[str] | None = None, name: str = "mens") -> int:
+    """Run a mens Hydra app; returns (and exits with) its exit code. `name` names run dirs."""
+    import hydra
+
+    from mens.config.compose import default_overrides
+    from mens.resources import CONF_DIR
+    from mens.config.schema import register
+
+    register()
+    argv = sys.argv[1:] if argv is None else argv
+    argv = default_overrides(argv)
+    if not any(a.startswith("hydra.job.name=") for a in argv):
+        argv.append(f"hydra.job.name={name}")
+    resume = [a.split("=", 1)[1] for a in argv if a.startswith("resume=")]
+    if resume and not any(a.startswith("hydra.run.dir=") for a in argv):
+        # continue in the run's own dir, keeping its original .hydra/ record
+        argv += [f"hydra.run.dir={resume[0]}", "hydra.output_subdir=null"]
+    sys.argv = [sys.argv[0], *argv]
+    user_full = os.environ.get("HYDRA_FULL_ERROR") == "1"
+    os.environ["_MENS_USER_FULL_ERROR"] = "1" if user_full else "0"
+    os.environ["HYDRA_FULL_ERROR"] = "1"   # let exceptions reach us; we print them
+    _sweep_codes.clear()
+    _run_code.clear()
+    app = hydra.main(config_path=str(CONF_DIR), config_name="mens", version_base="1.3")(job(task))
+    try:
+        app()
+    except MensError as e:
+        if user_full:
+            raise
+        _print_error(e)
+        return e.code
+    except KeyboardInterrupt:
+        print("mens: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except Exception as e:
+        if user_full:
+            raise
+        err = _as_mens_error(e)
+        _print_error(err)
+        return err.code
+    if _sweep_codes:
+        return max(_sweep_codes)
+    return _run_code[-1] if _run_code else EXIT_OK

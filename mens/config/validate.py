@@ -1,0 +1,292 @@
+"""Validation of a composed config: what Hydra's type checks do not catch.
+
+Keys the schema does not define (Hydra accepts `+train.seq_lenn=512` silently), the `auto`-able
+knobs, every number's valid values (RANGES: `hw.memory_gb=-3` is a ConfigError naming the key,
+not a plan for -3 GiB), string choices (CHOICES) and the sections a lane kind needs. Each error
+is one paragraph naming the key, the value and an example of a good one (exit 2).
+"""
+from __future__ import annotations
+
+import difflib
+import math
+from dataclasses import dataclass, fields, is_dataclass
+from typing import Iterable
+
+from omegaconf import DictConfig, ListConfig, OmegaConf
+
+from mens.config.explain import unknown_key_error
+from mens.config.schema import AUTO, AUTO_INTS, DPO_LOSSES, MensConfig
+from mens.errors import ConfigError
+
+
+def validate(cfg: DictConfig) -> None:
+    """Reject keys the schema does not define and bad values: `auto`-able knobs, numbers out of
+    their range (`RANGES`), strings outside their choices (`CHOICES`), lane sections missing."""
+    unknown = list(_unknown_keys(cfg, MensConfig, ""))
+    if unknown:
+        raise unknown_key_error(unknown[0])
+    for key in AUTO_INTS:
+        value = OmegaConf.select(cfg, key)
+        if value == AUTO:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise ConfigError(
+                f"`{key}={value}` is not valid: it takes `auto` or a positive integer "
+                f"(e.g. `{key}=auto` lets the planner choose).", key=key)
+    lr = OmegaConf.select(cfg, "lane.optimizer.lr")
+    if lr != AUTO and (isinstance(lr, bool) or not isinstance(lr, (int, float)) or lr <= 0
+                       or not math.isfinite(lr)):
+        raise ConfigError(
+            f"`lane.optimizer.lr={lr}` is not valid: it takes `auto` (the rung's recommended "
+            f"rate) or a positive number such as 2e-4.", key="lane.optimizer.lr")
+    gc = OmegaConf.select(cfg, "lane.gradient_checkpointing")
+    if gc not in (AUTO, True, False):
+        raise ConfigError(
+            f"`lane.gradient_checkpointing={gc}` is not valid: use auto, true or false.",
+            key="lane.gradient_checkpointing")
+    for key, allowed in CHOICES.items():
+        for where, value in _values(cfg, key):
+            if value not in allowed:
+                near = difflib.get_close_matches(str(value), [str(a) for a in allowed], n=1)
+                hint = f" (did you mean `{near[0]}`?)" if near else ""
+                raise ConfigError(
+                    f"`{where}={value}` is not valid{hint}: it takes one of "
+                    f"{', '.join(map(str, allowed))}.", key=where)
+    for key, rule in RANGES.items():
+        for where, value in _values(cfg, key):
+            if not rule.accepts(value):
+                raise ConfigError(
+                    f"`{where}={_show(value)}` is not valid: it takes {rule.describe()}"
+                    f"{f' — {rule.note}' if rule.note else ''} (e.g. "
+                    f"`{_override_key(key, where, rule.example)}={rule.example}`).", key=where)
+    _check_lists(cfg)
+    _check_lane_sections(cfg)
+
+
+def _values(cfg: DictConfig, key: str) -> Iterable[tuple[str, object]]:
+    """(concrete key, value) pairs of a table key. `[]` stands for every item of a list
+    (`spoke.sources[].weight` → `spoke.sources[0].weight`, ...). Absent nodes yield nothing:
+    `lane.lora` is null on lane=full, `lane.dpo` off the dpo lane; a null Optional value is
+    fine here (Hydra already refused null where the schema does not allow it)."""
+    head, brackets, rest = key.partition("[]")
+    if not brackets:
+        value = OmegaConf.select(cfg, key, default=None)
+        if value is not None:
+            yield key, value
+        return
+    items = OmegaConf.select(cfg, head, default=None)
+    if not isinstance(items, ListConfig):
+        return
+    for i, item in enumerate(items):
+        where = f"{head}[{i}]"
+        if rest:
+            if not isinstance(item, DictConfig):
+                continue
+            item, where = OmegaConf.select(item, rest.lstrip("."), default=None), where + rest
+        if item is not None:
+            yield where, item
+
+
+def _override_key(key: str, where: str, example: str) -> str:
+    """How the user sets it: a whole list (`curriculum.caps=[4,7,10]`) or one item's field in
+    Hydra's override syntax (`spoke.sources.1.weight=0.5`)."""
+    if example.startswith("["):
+        return key.split("[]")[0]
+    return where.replace("[", ".").replace("]", "")
+
+
+def _show(value) -> str:
+    """A number as the user likely typed it (`-3`, not OmegaConf's float `-3.0`)."""
+    if isinstance(value, float) and math.isfinite(value) and value == int(value):
+        return str(int(value))
+    return str(value)
+
+
+@dataclass(frozen=True)
+class Range:
+    """A number's valid values: within [lo, hi] (an end excluded with lo_open / hi_open),
+    finite, whole when `integer`; the values in `also` are sentinels accepted besides."""
+    lo: float | None = None
+    hi: float | None = None
+    lo_open: bool = False
+    hi_open: bool = False
+    integer: bool = False
+    also: tuple = ()
+    note: str = ""          # what the value means / what its sentinels do
+    example: str = "1"
+
+    def accepts(self, v) -> bool:
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            return False
+        if v in self.also:
+            return True
+        if not math.isfinite(v) or (self.integer and v != int(v)):
+            return False
+        if self.lo is not None and (v < self.lo or (self.lo_open and v == self.lo)):
+            return False
+        return self.hi is None or (v < self.hi or (not self.hi_open and v == self.hi))
+
+    def describe(self) -> str:
+        noun = "integer" if self.integer else "number"
+        lo, hi = (None if b is None else _show(float(b)) for b in (self.lo, self.hi))
+        if self.lo is not None and self.hi is not None and self.lo == self.hi:
+            text = f"only {lo}"
+        elif self.hi is None and self.lo == 0:
+            text = f"a positive {noun}" if self.lo_open else f"a {noun} >= 0"
+        elif self.hi is None and self.integer and self.lo == 1:
+            text = "a positive integer"
+        elif self.hi is None:
+            text = f"a{'n' if self.integer else ''} {noun} {'>' if self.lo_open else '>='} {lo}"
+        elif not self.lo_open and not self.hi_open:
+            text = f"a{'n' if self.integer else ''} {noun} from {lo} to {hi}"
+        else:
+            text = (f"a{'n' if self.integer else ''} {noun} {'>' if self.lo_open else '>='} "
+                    f"{lo} and {'<' if self.hi_open else '<='} {hi}")
+        return " or ".join([*(_show(float(a)) for a in self.also), text])
+
+
+def _pos(note: str = "", example: str = "1", **kw) -> Range:
+    return Range(lo=0, lo_open=True, note=note, example=example, **kw)
+
+
+def _count(note: str = "", example: str = "1", **kw) -> Range:
+    return Range(lo=1, integer=True, note=note, example=example, **kw)
+
+
+def _nonneg(note: str = "", example: str = "0", **kw) -> Range:
+    return Range(lo=0, note=note, example=example, **kw)
+
+
+# Every number in the schema (mens/config/schema.py) and its valid values. Null is accepted
+# wherever the schema's field is Optional (its meaning is in the note); `[]`: every list item.
+RANGES: dict[str, Range] = {
+    "hw.memory_gb": _pos("the device's memory in GiB; null detects it", "24"),
+    "hw.tflops_bf16": _pos("dense bf16 TFLOPS for time estimates; null: unknown", "989"),
+    "hw.lightning.devices": Range(lo=1, hi=1, integer=True, example="1",
+                                  note="mens trains on one device"),
+    "hw.headroom.advisory_frac": Range(lo=0, hi=1, lo_open=True, example="0.75",
+                                       note="the fraction of memory the runtime hands out"),
+    "hw.headroom.reserve_gb": _nonneg("GiB kept back for the driver and OS", "1.5"),
+    "hw.headroom.frac": Range(lo=0, hi=1, hi_open=True, example="0.1",
+                              note="the fraction of usable memory the planner keeps free"),
+    "hw.headroom.min_gb": _nonneg("GiB the planner keeps free at least", "0.5"),
+    **{f"rung.{k}": _count("an architecture size from the model's config.json", "1024")
+       for k in ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+                 "num_key_value_heads", "head_dim", "vocab_size", "max_position_embeddings")},
+    "rung.rope_theta": _pos("the RoPE base", "1000000"),
+    "rung.rms_norm_eps": _pos("the RMSNorm epsilon", "1e-6"),
+    "rung.lora_lr": _pos("the learning rate `lane.optimizer.lr=auto` gives LoRA lanes", "2e-4"),
+    "rung.full_lr": _pos("the learning rate `lane.optimizer.lr=auto` gives the full lane", "1e-5"),
+    "rung.global_batch": _count("null: train.default_global_batch", "16"),
+    "spoke.min_rating": Range(lo=0, hi=5, example="3",
+                              note="records are rated 1 to 5; lower ones are dropped"),
+    "spoke.seq_len_hint": _count("tokens, used when the spoke has no length manifest", "1024"),
+    "spoke.sources[].weight": _nonneg("mix weight, normalised over the spoke's sources; "
+                                      "0 leaves a source out", "0.5"),
+    "lane.lora.r": _count("the LoRA rank", "16"),
+    "lane.lora.alpha": _count("the LoRA scale numerator (scaling = alpha / r)", "32"),
+    "lane.lora.dropout": Range(lo=0, hi=1, hi_open=True, example="0.0",
+                               note="a probability"),
+    "lane.quantization.blocksize": Range(
+        lo=64, hi=64, integer=True, example="64",
+        note="training loads 4-bit weights through transformers' BitsAndBytesConfig, which has "
+             "no blocksize setting (bitsandbytes' default, 64, is what the run uses)"),
+    "lane.optimizer.weight_decay": _nonneg("decoupled weight decay", "0.01"),
+    "lane.optimizer.betas[]": Range(lo=0, hi=1, hi_open=True, example="[0.9,0.999]",
+                                    note="Adam's two moment decay rates"),
+    "lane.dpo.beta": _pos("the DPO temperature (TRL's default 0.1)", "0.1"),
+    "curriculum.epochs": _count("", "3"),
+    "curriculum.caps[]": Range(lo=1, hi=10, integer=True, example="[4,7,10]",
+                               note="the max difficulty (1-10) of the records an epoch sees"),
+    "train.default_global_batch": _count("sequences per optimizer step", "16"),
+    "train.max_steps": _count("optimizer steps; -1 runs the curriculum's epochs", "200",
+                              also=(-1,)),
+    "train.warmup_ratio": Range(lo=0, hi=1, example="0.03",
+                                note="the fraction of steps spent warming up"),
+    "train.grad_clip": _nonneg("max gradient norm; 0 turns clipping off", "1.0"),
+    "train.seed": Range(lo=0, hi=2**32 - 1, integer=True, example="0",
+                        note="Lightning's seed_everything takes a uint32"),
+    "train.checkpoint_every": _count("optimizer steps between checkpoints", "50"),
+    "train.eval_max_records": _count("held-out records scored; null scores all", "100"),
+    "plan.uncalibrated_margin": _nonneg("the fraction added to an uncalibrated cell", "0.25"),
+    "serve.port": Range(lo=0, hi=65535, integer=True, example="8089",
+                        note="0 takes any free port"),
+    "serve.max_tokens": _count("tokens when a request sets none", "256"),
+    "serve.max_body_bytes": _count("bytes; a larger request body gets 413", "1048576"),
+    "serve.max_header_bytes": _count("bytes; larger request headers get 431", "16384"),
+    "compare.prompts": _count("held-out prompts asked", "8"),
+    "compare.max_tokens": _count("greedy tokens per answer", "48"),
+    "calibrate.steps": Range(lo=2, integer=True, example="3",
+                             note="optimizer steps measured; step 2 is the first with Adam state"),
+    "calibrate.eval_records": _count("held-out records scored when train.eval_max_records is "
+                                     "null", "2"),
+    "calibrate.max_rss_gb": _pos("GiB of RSS that kills the child; null: no guard", "48"),
+    "calibrate.max_predicted_gb": _pos("GiB of predicted peak above which a shape is skipped; "
+                                       "null: run every shape", "48"),
+    "calibrate.timeout_s": _pos("seconds before the child is killed", "7200"),
+}
+
+
+def _check_lists(cfg: DictConfig) -> None:
+    """List lengths the ranges cannot express."""
+    betas = OmegaConf.select(cfg, "lane.optimizer.betas", default=None)
+    if betas is not None and len(betas) != 2:
+        raise ConfigError(
+            f"`lane.optimizer.betas={list(betas)}` is not valid: it takes two numbers >= 0 and "
+            f"< 1, Adam's moment decay rates (e.g. `lane.optimizer.betas=[0.9,0.999]`).",
+            key="lane.optimizer.betas")
+    caps = OmegaConf.select(cfg, "curriculum.caps", default=None)
+    if caps is not None and len(caps) == 0:
+        raise ConfigError(
+            "`curriculum.caps=[]` is not valid: it takes one max difficulty (1-10) per epoch; "
+            "epochs past the last cap keep it (e.g. `curriculum.caps=[4,7,10]`).",
+            key="curriculum.caps")
+
+
+def _check_lane_sections(cfg: DictConfig) -> None:
+    """The sections a lane kind reads (lora is checked by compile_run)."""
+    kind, name = OmegaConf.select(cfg, "lane.kind"), OmegaConf.select(cfg, "lane.name")
+    for needs, section, example in (("dpo", "dpo", "{beta: 0.1, loss: sigmoid}"),
+                                    ("qlora", "quantization",
+                                     "{type: nf4, double_quant: true, blocksize: 64}")):
+        if kind == needs and OmegaConf.select(cfg, f"lane.{section}", default=None) is None:
+            raise ConfigError(
+                f"lane {name} (kind {kind}) needs a `lane.{section}` section: add "
+                f"`{section}: {example}` to its option file, or use `lane={needs}`.",
+                key=f"lane.{section}")
+
+
+CHOICES = {
+    "hw.backend": ["auto", "cuda", "mps", "cpu"],
+    "hw.lightning.precision": ["32-true", "bf16-mixed", "bf16-true", "16-mixed"],
+    "rung.init": ["pretrained", "random"],
+    "spoke.sources[].kind": ["sft", "preference"],
+    "lane.kind": ["lora", "qlora", "full", "dpo"],
+    "lane.precision": ["auto", "bf16", "fp16", "fp32"],
+    "lane.quantization.type": ["nf4", "fp4"],
+    "lane.optimizer.name": ["adamw", "adamw_8bit", "sgd"],
+    "lane.dpo.loss": list(DPO_LOSSES),
+    "train.schedule": ["cosine", "linear", "constant"],
+    "logger": ["wandb", "csv", "none"],
+    "serve.device": ["auto", "cpu", "cuda", "mps"],
+    "serve.dtype": ["auto", "fp32", "bf16", "fp16"],
+}
+
+
+def _unknown_keys(node, schema, prefix: str) -> Iterable[str]:
+    if not isinstance(node, DictConfig) or schema is None or not is_dataclass(schema):
+        return
+    known = {f.name: f.type for f in fields(schema)}
+    for key in node.keys():
+        path = f"{prefix}{key}"
+        if key not in known:
+            yield path
+            continue
+        child = node._get_node(key)
+        child_schema = OmegaConf.get_type(child) if isinstance(child, DictConfig) else None
+        if isinstance(child, DictConfig) and not child._is_none() and is_dataclass(child_schema):
+            yield from _unknown_keys(child, child_schema, path + ".")
+        elif isinstance(child, ListConfig):
+            for i, item in enumerate(child):
+                if isinstance(item, DictConfig):
+                    yield from _unknown_keys(item, OmegaConf.get_type(item), f"{path}[{i}].")

@@ -1,0 +1,182 @@
+"""The one model-loading API: a rung + a lane + a backend (+ options) → model and tokenizer.
+
+Training (mens.train.run), serving (mens.serve.slots), compare, calibration (random weights)
+and the meter all build models here, so a base is seeded, typed and adapted the same way
+everywhere. The base is the embedded tiny rung, a local HF snapshot (rung.path or the HF cache),
+or random weights of the rung's architecture (rung.init=random). Heavy imports live inside
+functions. A rung may be a schema dataclass, its frozen twin, or its dict (spec.yaml).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from mens.config.schema import LORA_TARGETS  # noqa: F401  (the one list; re-exported)
+from mens.errors import ConfigError
+from mens.resources import ASSETS
+
+DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
+# the rung fields that make a Qwen3Config (optional ones fall back to Qwen3's published values)
+ARCH_KEYS = ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+             "num_key_value_heads", "head_dim", "vocab_size", "tie_word_embeddings")
+OPTIONAL = {"max_position_embeddings": 40960, "rope_theta": 1_000_000.0, "rms_norm_eps": 1e-6}
+
+
+def _field(rung, key: str, default=None):
+    return rung.get(key, default) if isinstance(rung, dict) else getattr(rung, key, default)
+
+
+def weights_dir(rung) -> Path:
+    """Where a rung's weights (and tokenizer) are; ConfigError (exit 2) before anything loads."""
+    path, name = _field(rung, "path"), _field(rung, "name")
+    if path:
+        if not (Path(path) / "config.json").is_file():
+            raise ConfigError(f"rung.path={path} holds no config.json: point it at a Hugging "
+                              f"Face model directory (config.json, tokenizer, safetensors).",
+                              key="rung.path")
+        return Path(path)
+    if _field(rung, "tokenizer_bundled"):
+        here = ASSETS / name
+        if not (here / "config.json").is_file():
+            raise ConfigError(f"the embedded {name} rung is missing from {here}: rebuild it "
+                              f"with `python tools/tiny_base.py` or reinstall mens.", key="rung")
+        return here
+    from mens.plan.weights import find_weights, missing_weights_message
+
+    st = find_weights(_field(rung, "repo_id"), _field(rung, "revision"))
+    if not st.present:
+        raise ConfigError(missing_weights_message(st), key="rung")
+    return Path(st.path)
+
+
+def load_tokenizer(rung, notes: list[str] | None = None):
+    from transformers import AutoTokenizer
+
+    if _field(rung, "init") == "random" and not _field(rung, "tokenizer_bundled") \
+            and not _field(rung, "path"):
+        try:
+            path = weights_dir(rung)
+        except ConfigError:   # architecture only: borrow the tiny tokenizer's ids (< its vocab)
+            if notes is not None:
+                notes.append(f"tokenizer: {_field(rung, 'repo_id')}'s tokenizer is absent; using "
+                             f"the embedded tiny tokenizer (ids < 4096) for this random-weight run")
+            path = ASSETS / "tiny"
+    else:
+        path = weights_dir(rung)
+    return AutoTokenizer.from_pretrained(str(path))
+
+
+def qwen3_config(rung):
+    """The Qwen3Config of a rung, or of a mens.plan.memory.Arch (architecture only)."""
+    from transformers import Qwen3Config
+
+    from mens.plan.memory import Arch
+
+    if isinstance(rung, Arch):
+        keys = dict(zip(ARCH_KEYS, (rung.hidden, rung.intermediate, rung.layers, rung.heads,
+                                    rung.kv_heads, rung.head_dim, rung.vocab, rung.tied)))
+        return Qwen3Config(**keys, **OPTIONAL)
+    return Qwen3Config(**{k: _field(rung, k) for k in ARCH_KEYS},
+                       **{k: _field(rung, k, v) for k, v in OPTIONAL.items()})
+
+
+def base_dtype(kind: str, precision: str):
+    """Frozen base weights in the lane's precision; full fine-tuning keeps fp32 masters."""
+    import torch
+
+    return torch.float32 if kind == "full" else getattr(torch, DTYPES[precision])
+
+
+def load_base(rung, kind: str = "lora", precision: str = "fp32", backend: str = "cpu",
+              seed: int = 0, quantization=None, attn: str = "sdpa"):
+    """The base model, before any adapter. Seeded so random init is reproducible.
+    kind: the lane's kind (full keeps fp32 masters; qlora quantises as weights load)."""
+    import torch
+    from transformers import AutoModelForCausalLM, BitsAndBytesConfig, Qwen3ForCausalLM
+
+    torch.manual_seed(seed)
+    dtype = base_dtype(kind, precision)
+    if _field(rung, "init") == "random":
+        if kind == "qlora":
+            raise ConfigError("lane=qlora with rung.init=random is not supported: bitsandbytes "
+                              "quantises weights as they load; use lane=lora for random weights.",
+                              key="lane")
+        config = qwen3_config(rung)
+        config._attn_implementation = attn
+        return Qwen3ForCausalLM(config).to(dtype)
+    kwargs = {"dtype": dtype, "attn_implementation": attn}
+    if kind == "qlora":
+        q = quantization
+        compute = getattr(torch, DTYPES[precision])
+        kwargs.update(dtype=compute, device_map={"": _device(backend)},
+                      quantization_config=BitsAndBytesConfig(
+                          load_in_4bit=True, bnb_4bit_quant_type=q.type,
+                          bnb_4bit_use_double_quant=q.double_quant, bnb_4bit_compute_dtype=compute))
+    return AutoModelForCausalLM.from_pretrained(str(weights_dir(rung)), **kwargs)
+
+
+def _device(backend: str) -> str:
+    return {"cuda": "cuda:0", "mps": "mps", "cpu": "cpu"}[backend]
+
+
+def apply_lane(model, lane, init_adapter: str | None = None):
+    """LoRA/QLoRA/DPO: a PEFT adapter (fp32) on a frozen base; full: every weight trains."""
+    import torch
+
+    if lane.gradient_checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        model.config.use_cache = False
+    if lane.kind == "full":
+        for p in model.parameters():
+            p.requires_grad_(True)
+        return model
+    from peft import LoraConfig, PeftModel, get_peft_model
+
+    if lane.gradient_checkpointing:
+        model.enable_input_require_grads()   # checkpointed blocks need a grad-requiring input
+    if init_adapter:
+        model = PeftModel.from_pretrained(model, init_adapter, is_trainable=True)
+    else:
+        lora = lane.lora
+        model = get_peft_model(model, LoraConfig(
+            r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout,
+            target_modules=list(lora.targets), task_type="CAUSAL_LM"))
+    for p in model.parameters():   # adapters train in fp32 whatever the base dtype
+        if p.requires_grad and p.dtype != torch.float32:
+            p.data = p.data.float()
+    return model
+
+
+def load_model(spec, notes: list[str] | None = None, before_base=None, attn: str = "sdpa",
+               tokenizer=None):
+    """A RunSpec's model (base + lane) and tokenizer (loaded unless given). before_base():
+    called right before the base loads (the meters take their baseline there)."""
+    tokenizer = tokenizer if tokenizer is not None else load_tokenizer(spec.rung, notes)
+    if before_base is not None:
+        before_base()
+    base = load_base(spec.rung, spec.lane.kind, spec.lane.precision, spec.hw.backend,
+                     spec.train.seed, spec.lane.quantization, attn)
+    return apply_lane(base, spec.lane, spec.train.init_adapter), tokenizer
+
+
+def trainable_count(model) -> tuple[int, int]:
+    total = sum(p.numel() for p in model.parameters())
+    return sum(p.numel() for p in model.parameters() if p.requires_grad), total
+
+
+def eval_mode(model) -> None:
+    """model.eval(), except bitsandbytes 4-bit linears, which stay in train mode.
+
+    bitsandbytes ≥0.49 repacks a Linear4bit's weight, in place and for good, for a fast CPU
+    inference kernel the first time it runs in eval mode without grad (on CPUs with AVX512-BF16).
+    That kernel has no backward: a QLoRA run evaluated before or during training would then
+    train with wrong gradients (torch only warns "gemv_4bit: an autograd kernel was not
+    registered"). Linear4bit behaves the same in both modes otherwise, so it stays in train mode.
+    """
+    import sys
+
+    model.eval()
+    bnb = sys.modules.get("bitsandbytes")
+    if bnb is not None:
+        for m in model.modules():
+            if isinstance(m, bnb.nn.Linear4bit):
+                m.train()

@@ -1,0 +1,115 @@
+"""Hardware resolution: a tier's budget from its headroom policy, `hw=auto` filled from what
+detect() finds on this machine, CUDA names mapped to tiers, and QLoRA support by backend."""
+from __future__ import annotations
+
+import importlib.metadata as md
+from dataclasses import asdict, is_dataclass
+
+from omegaconf import DictConfig
+
+from mens.config.options import load_option
+from mens.errors import ConfigError
+
+# bitsandbytes nf4 support by installed version (first match from the top wins). 0.50 runs
+# 4-bit on CPU, CUDA and MPS; before it only CUDA is trusted here.
+BNB_NF4 = [((0, 50), {"cuda", "cpu", "mps"}), ((0, 43), {"cuda"})]
+
+
+def tier_budget(hw, available_gb: float | None) -> tuple[float, float, float]:
+    """(usable, headroom, budget) in GiB from the tier's policy and, when live, what's free."""
+    pol = hw.headroom
+    usable = hw.memory_gb * pol.advisory_frac - pol.reserve_gb
+    if available_gb is not None:
+        usable = min(usable, available_gb)
+    headroom = max(pol.frac * usable, pol.min_gb)
+    return usable, headroom, max(usable - headroom, 0.0)
+
+
+# (substring of torch.cuda.get_device_name(), minimum GiB, tier)
+CUDA_NAMES = [("4080 SUPER", 0, "rtx4080s"), ("4090", 0, "rtx4090"), ("3090", 0, "rtx3090"),
+              ("A6000", 0, "a6000"), ("L40S", 0, "l40s"), ("A100", 60, "a100_80g"),
+              ("A100", 0, "a100_40g"), ("H100", 0, "h100"), ("H200", 0, "h200")]
+
+
+def cuda_tier(device_name: str, total_gb: float) -> str | None:
+    for key, min_gb, tier in CUDA_NAMES:
+        if key.lower() in device_name.lower() and total_gb >= min_gb:
+            return tier
+    return None
+
+
+def memory_needed(hw, budget_gb: float) -> float:
+    """Invert tier_budget: the smallest whole `hw.memory_gb` whose budget is >= budget_gb."""
+    import math
+
+    pol = hw.headroom
+    usable = max(budget_gb / (1 - pol.frac), budget_gb + pol.min_gb)
+    return float(math.ceil((usable + pol.reserve_gb) / pol.advisory_frac))
+
+
+def resolve_hw(hw: DictConfig, purpose: str, notes: list[str]) -> tuple[dict | None, float]:
+    """Fill hw.backend / memory_gb / bf16 in place; return (detection, budget GiB)."""
+    from mens.plan.detect import DetectionError, detect
+
+    need_device = purpose == "train" or hw.memory_gb is None
+    det = None
+    if need_device:
+        prefer = None if hw.backend == "auto" else hw.backend
+        try:
+            det = detect(prefer)
+        except DetectionError as e:
+            if hw.backend == "mps":
+                import platform
+                raise ConfigError(
+                    f"+hw=m_series needs an Apple Silicon GPU and this machine "
+                    f"({platform.system()} {platform.machine()}) has none. "
+                    f"To plan for a Mac from here, give its memory: "
+                    f"`python -m mens.plan +hw=m_series hw.memory_gb=128 +rung=0.6b`.",
+                    key="hw") from None
+            if hw.backend == "auto":
+                raise ConfigError(f"hw=auto could not detect this machine: {e}", key="hw") from None
+            raise ConfigError(
+                f"+hw={hw.name} needs a {hw.backend.upper()} device and this machine lacks one "
+                f"({e}). Plan for it from here with `python -m mens.plan +hw={hw.name} ...`, or "
+                f"train here with `+hw=auto`.", key="hw") from None
+        notes.extend(det.notes)
+    if hw.backend == "auto":   # take the policy (and speeds) of the tier this machine is
+        tier = {"cpu": "cpu", "mps": "m_series"}.get(det.backend) \
+            or cuda_tier(det.device_name, det.total_gb)
+        base = load_option("hw", tier or "h100")
+        if det.backend == "cuda" and not tier:
+            notes.append(f"hw: {det.device_name} matches no named tier; no time estimates")
+        for k in ("lightning", "headroom", "tflops_bf16"):
+            v = getattr(base, k) if tier or k in ("lightning", "headroom") else None
+            if is_dataclass(v):
+                for kk, vv in asdict(v).items():
+                    hw[k][kk] = vv
+            else:
+                hw[k] = v
+        hw.backend = det.backend
+        hw.description = det.device_name
+    if hw.bf16 is None:
+        hw.bf16 = bool(det.bf16) if det else False
+    overridden = hw.memory_gb is not None
+    if not overridden:
+        hw.memory_gb = round(det.total_gb, 2)
+    live = None if overridden else det.available_gb
+    if live is not None and hw.backend == "mps":   # detect() already kept max(15 %, 2 GiB) back
+        hw.headroom.frac, hw.headroom.min_gb, hw.headroom.advisory_frac = 0.0, 0.0, 1.0
+    usable, headroom, budget = tier_budget(hw, live)
+    detection = None if det is None else {**asdict(det), "usable_gb": round(usable, 3),
+                                          "headroom_gb": round(headroom, 3),
+                                          "memory_overridden": overridden}
+    return detection, budget
+
+
+def qlora_support(backend: str) -> tuple[bool, str]:
+    try:
+        version = md.version("bitsandbytes")
+    except md.PackageNotFoundError:
+        return False, "bitsandbytes is not installed"
+    v = tuple(int(x) for x in version.split(".")[:2] if x.isdigit())
+    for since, backends in BNB_NF4:
+        if v >= since:
+            return backend in backends, f"bitsandbytes {version} (nf4 on {', '.join(sorted(backends))})"
+    return False, f"bitsandbytes {version} predates nf4 support mens trusts (0.43)"

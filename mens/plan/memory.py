@@ -1,0 +1,260 @@
+"""The analytic model of one training step's peak memory, and the contract that corrects it.
+
+Pure arithmetic on architecture numbers: no torch, no weights, instant. Every figure is in
+bytes; `components()` returns them by name so the planner can show how it knows.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Mapping
+
+import yaml
+
+from mens.config.schema import LORA_TARGETS
+from mens.resources import CONTRACT as CONTRACT_PATH
+DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
+GiB = 2**30
+# Added to an uncalibrated cell at least (plan.uncalibrated_margin may ask for more).
+MIN_UNCALIBRATED_MARGIN = 0.25
+
+
+@dataclass(frozen=True)
+class Arch:
+    hidden: int          # h
+    intermediate: int    # i
+    layers: int          # L
+    heads: int           # a
+    kv_heads: int        # kv
+    head_dim: int        # d
+    vocab: int           # V
+    tied: bool
+
+    @classmethod
+    def of(cls, rung) -> "Arch":
+        return cls(rung.hidden_size, rung.intermediate_size, rung.num_hidden_layers,
+                   rung.num_attention_heads, rung.num_key_value_heads, rung.head_dim,
+                   rung.vocab_size, bool(rung.tie_word_embeddings))
+
+    def linear_shapes(self) -> dict[str, tuple[int, int]]:
+        """(in, out) of each linear layer in one decoder layer, by PEFT target name."""
+        h, i, q, kv = self.hidden, self.intermediate, self.heads * self.head_dim, \
+            self.kv_heads * self.head_dim
+        return {"q_proj": (h, q), "k_proj": (h, kv), "v_proj": (h, kv), "o_proj": (q, h),
+                "gate_proj": (h, i), "up_proj": (h, i), "down_proj": (i, h)}
+
+    def params(self) -> dict[str, int]:
+        """Exact parameter counts of Qwen3ForCausalLM (no biases; q/k RMSNorm over head_dim)."""
+        linear = sum(a * b for a, b in self.linear_shapes().values())
+        norms = 2 * self.hidden + 2 * self.head_dim
+        embed = self.vocab * self.hidden
+        lm_head = 0 if self.tied else embed
+        total = embed + self.layers * (linear + norms) + self.hidden + lm_head
+        return {"embed": embed, "lm_head": lm_head, "linear": self.layers * linear,
+                "norms": self.layers * norms + self.hidden, "total": total}
+
+    def lora_params(self, r: int, targets) -> int:
+        shapes = self.linear_shapes()
+        return self.layers * sum(r * (shapes[t][0] + shapes[t][1]) for t in targets)
+
+
+@dataclass(frozen=True)
+class LaneModel:
+    """The parts of a lane that change memory."""
+    kind: str                        # lora | qlora | full | dpo
+    precision: str                   # bf16 | fp16 | fp32 (resolved)
+    optimizer: str = "adamw"
+    lora_r: int = 16
+    lora_targets: tuple = LORA_TARGETS
+    lora_dropout: float = 0.0
+    double_quant: bool = True
+    blocksize: int = 64
+    frozen_adapter_copy: bool = False   # DPO from an SFT adapter keeps a frozen reference copy
+
+
+@dataclass(frozen=True)
+class Shape:
+    seq_len: int
+    micro_batch: int
+    checkpointing: bool
+    packing: bool
+
+
+@lru_cache(maxsize=8)
+def load_contract(path: str | None = None) -> Mapping:
+    with open(path or CONTRACT_PATH) as f:
+        data = yaml.load(f, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    data.setdefault("cells", {})
+    return data
+
+
+def model_digest(model: Mapping) -> str:
+    """Fingerprint of the analytic model's constants: a cell fitted under other constants is
+    stale (its coefficients corrected different formulas), so the planner ignores it."""
+    text = json.dumps(model, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def stale_note(contract: Mapping, key: str) -> str | None:
+    """What to say when a cell has a fit made under other model constants (it is ignored)."""
+    cell = (contract.get("cells") or {}).get(key)
+    if cell and "coefficients" in cell and cell.get("model_digest") != model_digest(contract["model"]):
+        return (f"memory cell {key} was fitted under another version of the contract's model "
+                f"(digest {cell.get('model_digest')}): its fit is ignored and the cell is "
+                f"uncalibrated; refit with `make fit`")
+    return None
+
+
+def usable_cell(contract: Mapping, key: str) -> Mapping | None:
+    """The cell's fit, if it was fitted under this model (else stale: None, see stale_note).
+    Whether it counts as *calibrated* (uncertainty ≤ 10 %, held-out records inside it) is the
+    cell's own flag: an uncalibrated fit still gives the best coefficients, under the larger
+    margin."""
+    cell = (contract.get("cells") or {}).get(key)
+    if not cell or "coefficients" not in cell or stale_note(contract, key):
+        return None
+    return cell
+
+
+def cell_key(backend: str, lane: LaneModel, checkpointing: bool) -> str:
+    return f"{backend}/{lane.kind}/{'ckpt' if checkpointing else 'nockpt'}/{lane.precision}"
+
+
+def nf4_bytes_per_param(double_quant: bool, blocksize: int, bits: int = 4) -> float:
+    # one absmax per block: fp32, or 8-bit plus one fp32 per 256 blocks when double-quantised
+    constants = (1 + 4 / 256) / blocksize if double_quant else 4 / blocksize
+    return bits / 8 + constants
+
+
+def precision_class(precision: str) -> str:
+    return "fp32" if DTYPE_BYTES[precision] == 4 else "half"
+
+
+def components(arch: Arch, lane: LaneModel, shape: Shape, backend: str,
+               contract: Mapping) -> dict[str, int]:
+    """Bytes of each component of the peak, before the cell's correction."""
+    m = contract["model"]
+    p = arch.params()
+    wb = DTYPE_BYTES[lane.precision]           # frozen weights and activations
+    tb = m["trainable_bytes"]                  # fp32 adapters / master weights
+    s, b = shape.seq_len, shape.micro_batch
+    h, i, L = arch.hidden, arch.intermediate, arch.layers
+    q, kv = arch.heads * arch.head_dim, arch.kv_heads * arch.head_dim
+
+    # --- weights and what trains -------------------------------------------------------------
+    if lane.kind == "full":
+        weights, trainable = 0, p["total"]
+        largest = arch.vocab * h if arch.tied else max(arch.vocab * h, i * h)   # embed / lm_head
+    elif lane.kind == "qlora":
+        dense = p["embed"] + p["lm_head"] + p["norms"]
+        weights = int(dense * wb + p["linear"] * nf4_bytes_per_param(
+            lane.double_quant, lane.blocksize, m["nf4_bits"]))
+        trainable = arch.lora_params(lane.lora_r, lane.lora_targets)
+    else:  # lora, dpo: a frozen base plus adapters
+        weights = p["total"] * wb
+        trainable = arch.lora_params(lane.lora_r, lane.lora_targets)
+    if lane.kind != "full":   # the largest adapter matrix: r × the widest target side
+        shapes = arch.linear_shapes()
+        largest = lane.lora_r * max((max(shapes[t]) for t in lane.lora_targets), default=0)
+    if lane.frozen_adapter_copy:
+        weights += trainable * tb
+
+    # --- activations: (b, s, ·) tensors autograd keeps for backward ---------------------------
+    # Split by tensor size: on CPU, glibc serves allocations of mmap_threshold and up from
+    # mmap and returns them when freed; smaller ones come from its heap, which keeps freed
+    # chunks — their coefficient carries that retention, the large ones' stays near 1.
+    big = (m["mmap_threshold_mib"].get(backend) or 0) * 2**20
+
+    def cut(tensor_bytes: int, total: int) -> tuple[int, int]:
+        """(heap-sized, mmapped) shares of `total` bytes made of tensors of `tensor_bytes`."""
+        return (0, total) if big and tensor_bytes >= big else (total, 0)
+
+    role = "full" if lane.kind == "full" else "adapter"
+    pc = precision_class(lane.precision)
+    per_dim = m["act_bytes"][pc][role]
+    layer = [0, 0]                             # one layer's set: [heap-sized, mmapped]
+    for dim, width in (("hidden", h), ("intermediate", i), ("q", q), ("kv", kv)):
+        for j, v in enumerate(cut(b * s * width * wb, s * b * per_dim[dim] * width)):
+            layer[j] += v
+    if role == "adapter":                      # each target's lora_A output (r values, fp32)
+        layer[0] += s * b * m["lora_act_bytes"] * lane.lora_r * len(lane.lora_targets)
+        if lane.lora_dropout > 0:              # PEFT keeps dropout(x) per target
+            shapes = arch.linear_shapes()
+            layer[0] += s * b * (wb + 1) * sum(shapes[t][0] for t in lane.lora_targets)
+    if m["attn_scores_materialised"].get(backend, True):   # (b, a, s, s) softmax in + out
+        for j, v in enumerate(cut(b * arch.heads * s * s * wb, 2 * wb * arch.heads * b * s * s)):
+            layer[j] += v
+    if shape.packing:                          # sdpa turns the bool mask into an additive one
+        copies = m["mask_copies"].get(backend, 1)
+        for j, v in enumerate(cut(b * s * s * wb, copies * wb * b * s * s)):
+            layer[j] += v
+    if shape.checkpointing:                    # layer inputs, + one layer's set in recompute
+        inputs = cut(b * s * h * wb, L * s * b * m["ckpt_hidden"] * h * wb)
+        act = [inputs[0] + layer[0], inputs[1] + layer[1]]
+    else:
+        act = [L * layer[0], L * layer[1]]
+    for j, v in enumerate(cut(b * s * h * wb, s * b * h * m["outer_act_bytes"][pc][role])):
+        act[j] += v
+
+    # --- what the allocator keeps after tensors are freed (glibc's heap on CPU) --------------
+    ret = m["retention"][backend]
+    retention = 0
+    if role == "adapter" and shape.checkpointing:   # recomputed sets, fragmented by new grads
+        retention += ret["ckpt_recompute"] * L * layer[0]
+    if lane.kind == "qlora":                        # each 4-bit linear dequantized per pass
+        retention += ret["dequant"] * L * sum(
+            cut(a * o * wb, a * o * wb)[0] for a, o in arch.linear_shapes().values())
+
+    comps = {
+        "weights": int(weights),
+        # under autocast (16-bit runs) each fp32 trainable weight also has a 16-bit copy
+        # kept for backward: counted with the trainable weights themselves
+        "trainable": int(trainable * (tb + (m["autocast_copy_bytes"] if wb < 4 else 0))),
+        "gradients": int(trainable * tb),
+        "optimizer": int(trainable * m["optimizer_bytes"][lane.optimizer]
+                         + optimizer_step_bytes(m, backend, lane, trainable, largest)),
+        "activations": int(act[0]),
+        "large_activations": int(act[1]),
+        "logits": int(b * s * arch.vocab * (wb + 4 * m["logits_fp32_copies"])),
+        "packing_mask": int(b * s * s * m["packing_mask_bytes"]) if shape.packing else 0,
+        "retention": int(retention),
+        "overhead": int(m["overhead_gb"][backend] * GiB),
+    }
+    return comps
+
+
+def optimizer_step_bytes(m: Mapping, backend: str, lane: LaneModel, trainable: int,
+                         largest: int) -> int:
+    """AdamW's transient beyond its state: sqrt(v) and its bias-corrected copy, made before the
+    in-place update — per tensor in torch's single-tensor loop, for all tensors at once in the
+    foreach loop (CUDA's default). SGD updates in place."""
+    if not lane.optimizer.startswith("adamw"):
+        return 0
+    step = m["optimizer_step"][backend]
+    return int(step["copies"] * (largest if step["of"] == "largest" else trainable)
+               * m["trainable_bytes"])
+
+
+def with_uncertainty(raw: int, uncertainty: float, floor: int = 0) -> int:
+    """A prediction's peak: raw plus its uncertainty, relative with an absolute floor (small
+    peaks are dominated by allocator granularity)."""
+    return raw + max(int(raw * uncertainty), floor)
+
+
+def predict(comps: Mapping[str, int], cell: Mapping | None, margin: float) -> dict:
+    """Apply a fitted cell's coefficients (or none: all 1). A calibrated cell's own uncertainty
+    replaces the uncalibrated margin; a fitted but uncalibrated one gets the larger of the two.
+    `cell` is what `usable_cell` returns."""
+    coef = (cell or {}).get("coefficients", {})
+    corrected = {k: int(v * coef.get(k, 1.0)) for k, v in comps.items()}
+    raw = sum(corrected.values())
+    calibrated = bool(cell and cell.get("calibrated"))
+    uncertainty = float(cell["uncertainty"]) if cell else margin
+    if not calibrated:
+        uncertainty = max(uncertainty, margin)
+    floor = int(cell.get("uncertainty_floor_bytes", 0)) if cell else 0
+    return {"components": corrected, "raw_bytes": raw, "uncertainty": uncertainty,
+            "peak_bytes": with_uncertainty(raw, uncertainty, floor), "calibrated": calibrated,
+            "fitted": bool(cell)}

@@ -1,0 +1,117 @@
+"""`python -m mens.plan [overrides]`: compile and plan only — a plan table and plan.json.
+
+Imports no torch/transformers on a named tier, so it answers in well under a second.
+`plan_run` is shared with `python -m mens`, which goes on to train when the plan fits.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
+
+from mens.rundir import RunDir
+from mens.errors import PlanRefused
+from mens.plan.memory import GiB
+from mens.plan.planner import Plan
+
+WHAT = {
+    "weights": "frozen base weights",
+    "trainable": "trainable params (fp32)",
+    "gradients": "their gradients (fp32)",
+    "optimizer": "optimizer state (+ AdamW's step transient)",
+    "activations": "saved activations",
+    "large_activations": "saved activations in ≥ 32 MiB tensors (CPU: mmapped)",
+    "logits": "logits + fp32 loss copies",
+    "packing_mask": "4-D packing mask",
+    "retention": "freed memory the allocator keeps (CPU heap)",
+    "overhead": "runtime overhead",
+}
+
+
+def plan_run(cfg: DictConfig, out_dir: Path, purpose: str = "plan", write: bool = True):
+    """Compile, print the plan, write spec.yaml + plan.json (unless resuming: they exist).
+    Refusal → PlanRefused (exit 3) unless plan.force, which goes on loudly and is recorded."""
+    from mens.plan.spec import compile_run
+
+    spec, plan = compile_run(cfg, purpose)
+    forced = not plan.fits and spec.plan.force
+    record = {"verdict": plan.verdict, "forced": forced, "purpose": purpose,
+              "budget_gb": spec.budget_gb, "hw": spec.hw.name, "backend": spec.hw.backend,
+              "rung": spec.rung.name, "lane": spec.lane.kind, "precision": spec.lane.precision,
+              "notes": list(spec.notes), "detected": spec.detected, **plan.to_dict()}
+    run = RunDir(out_dir)
+    run.path.mkdir(parents=True, exist_ok=True)
+    if write:
+        run.write_json(RunDir.PLAN, record)
+        run.write_text(RunDir.SPEC, OmegaConf.to_yaml(
+            {**spec.config_dict(), "detected": spec.detected, "notes": list(spec.notes),
+             "versions": spec.versions}))
+    print(render(spec, plan, forced))
+    if not plan.fits and not forced:
+        raise PlanRefused(refusal_message(spec, plan), plan=plan)
+    return spec, plan
+
+
+def refusal_message(spec, plan: Plan) -> str:
+    s = plan.shape
+    ways = "; ".join(plan.ways_out) or "none found among the named tiers and rungs"
+    return (f"the plan refuses: {spec.rung.name} on {spec.hw.name} with lane {spec.lane.kind} "
+            f"needs at least {plan.peak_bytes / GiB:.2f} GiB (smallest shape tried: seq_len "
+            f"{s.seq_len}, micro_batch {s.micro_batch}, checkpointing "
+            f"{'on' if s.checkpointing else 'off'}) but the budget is "
+            f"{plan.budget_bytes / GiB:.2f} GiB. Ways out: {ways}. `plan.force=true` runs it "
+            f"anyway (recorded).")
+
+
+def render(spec, plan: Plan, forced: bool = False) -> str:
+    from io import StringIO
+
+    from rich.console import Console
+    from rich.table import Table
+
+    buf = StringIO()
+    con = Console(file=buf, width=100, force_terminal=False, color_system=None)
+    rev = spec.rung.revision or "unpinned"
+    con.print(f"mens plan · {spec.rung.name} ({spec.rung.repo_id}@{rev}, init "
+              f"{spec.rung.init}) · lane {spec.lane.kind} {spec.lane.precision} · spoke "
+              f"{spec.spoke.name} · hw {spec.hw.name} ({spec.hw.backend}, "
+              f"{spec.hw.memory_gb:g} GiB)")
+    t = Table(show_edge=False)
+    t.add_column("component")
+    t.add_column("GiB", justify="right")
+    t.add_column("what")
+    for k, v in plan.components.items():
+        t.add_row(k, f"{v / GiB:.3f}", WHAT.get(k, ""))
+    t.add_row("sum", f"{plan.raw_bytes / GiB:.3f}", "analytic model × cell coefficients")
+    label = ("calibrated" if plan.calibrated else
+             "UNCALIBRATED, fitted" if plan.fitted else "UNCALIBRATED")
+    t.add_row("+ margin", f"{(plan.peak_bytes - plan.raw_bytes) / GiB:.3f}",
+              f"{plan.uncertainty:.0%} ({label} cell {plan.cell})")
+    t.add_row("predicted peak", f"{plan.peak_bytes / GiB:.3f}", "")
+    t.add_row("budget", f"{plan.budget_bytes / GiB:.3f}", _budget_line(spec))
+    t.add_row("headroom", f"{plan.headroom_bytes / GiB:.3f}", "budget − predicted peak")
+    con.print(t)
+    s = plan.shape
+    verdict = "FITS" if plan.fits else ("REFUSES — FORCED by plan.force=true" if forced
+                                        else "REFUSES")
+    con.print(f"verdict: {verdict} · seq_len {s.seq_len} · micro_batch {s.micro_batch} × "
+              f"grad_accum {plan.grad_accum} = global_batch {plan.global_batch} · gradient "
+              f"checkpointing {'on' if s.checkpointing else 'off'} · packing "
+              f"{'on' if s.packing else 'off'} · {len(plan.trials)} shape(s) tried")
+    if plan.est_tokens_per_s:
+        con.print(f"throughput estimate: ~{plan.est_tokens_per_s:,.0f} tokens/s "
+                  f"(assumed 35 % MFU of {spec.hw.tflops_bf16:g} TFLOPS; not measured)")
+    for note in spec.notes:
+        con.print(f"note: {note}")
+    for way in plan.ways_out:
+        con.print(f"way out: {way}")
+    return buf.getvalue().rstrip()
+
+
+def _budget_line(spec) -> str:
+    d = spec.detected
+    if d and not d.get("memory_overridden"):   # the budget came from a live reading
+        return f"detected: {d['source']}"
+    h = spec.hw.headroom
+    return (f"{spec.hw.memory_gb:g} GiB × {h.advisory_frac:g} − {h.reserve_gb:g} reserved, "
+            f"− max({h.frac:.0%}, {h.min_gb:g} GiB) headroom")

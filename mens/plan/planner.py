@@ -1,0 +1,209 @@
+"""The planner: one entry point, `plan()`, used by training, `mens.plan` and calibration.
+
+It searches the shapes a request allows (explicit sizes are a search of one), predicts each
+with mens/memory.py plus the contract's cell correction, and returns a Plan: *fits* with the
+shape it chose, or *refuses* with the smallest shape it tried. `ways_out()` turns a refusal into
+concrete alternatives, each of them planned too, so that every suggestion is known to fit.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, replace
+from typing import Mapping
+
+from mens.errors import ConfigError
+from mens.plan.memory import (MIN_UNCALIBRATED_MARGIN, GiB, Arch, LaneModel, Shape, cell_key,
+                         components, load_contract, predict, usable_cell)
+
+ASSUMED_MFU = 0.35   # for time estimates only; labelled as an assumption wherever shown
+
+
+@dataclass(frozen=True)
+class PlanRequest:
+    arch: Arch
+    lane: LaneModel
+    backend: str
+    budget_bytes: int
+    seq_len: int
+    micro_batch: int | None = None      # None: auto
+    grad_accum: int | None = None
+    global_batch: int | None = None
+    default_global_batch: int = 16
+    checkpointing: bool | None = None   # None: only when needed
+    packing: bool = True
+    margin: float = MIN_UNCALIBRATED_MARGIN   # added to uncalibrated cells
+    contract: str | None = None
+    tflops: float | None = None
+
+
+@dataclass(frozen=True)
+class Trial:
+    micro_batch: int
+    checkpointing: bool
+    peak_bytes: int
+    fits: bool
+
+
+@dataclass(frozen=True)
+class Plan:
+    verdict: str                  # fits | refuses
+    shape: Shape                  # chosen, or the smallest tried when refusing
+    grad_accum: int
+    global_batch: int
+    cell: str
+    calibrated: bool
+    uncertainty: float
+    components: dict
+    raw_bytes: int
+    peak_bytes: int
+    budget_bytes: int
+    trials: tuple[Trial, ...]
+    est_tokens_per_s: float | None = None
+    fitted: bool = False          # the cell has fitted coefficients (calibrated or not)
+    ways_out: tuple[str, ...] = field(default=())
+
+    @property
+    def fits(self) -> bool:
+        return self.verdict == "fits"
+
+    @property
+    def headroom_bytes(self) -> int:
+        return self.budget_bytes - self.peak_bytes
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["headroom_bytes"] = self.headroom_bytes
+        return d
+
+
+def batch_candidates(req: PlanRequest) -> tuple[int, list[tuple[int, int]]]:
+    """(global batch, [(micro, accum)] largest micro first) allowed by the explicit knobs."""
+    m, a, g = req.micro_batch, req.grad_accum, req.global_batch
+    if m and a:
+        if g and g != m * a:
+            raise ConfigError(
+                f"train.global_batch={g} disagrees with train.micro_batch={m} × "
+                f"train.grad_accum={a} = {m * a}: set at most two of the three.",
+                key="train.global_batch")
+        return m * a, [(m, a)]
+    g = g or req.default_global_batch
+    fixed = m or (g // a if a else None)
+    if fixed is not None:
+        if g % (m or a):
+            which = "micro_batch" if m else "grad_accum"
+            raise ConfigError(
+                f"train.global_batch={g} is not a multiple of train.{which}={m or a}: "
+                f"pick a divisor, or leave one of them `auto`.", key=f"train.{which}")
+        return g, [(fixed, g // fixed)]
+    return g, [(d, g // d) for d in range(g, 0, -1) if g % d == 0]
+
+
+def predict_shape(req: PlanRequest, shape: Shape, contract: Mapping | None = None) -> dict:
+    contract = contract or load_contract(req.contract)
+    comps = components(req.arch, req.lane, shape, req.backend, contract)
+    key = cell_key(req.backend, req.lane, shape.checkpointing)
+    # a calibrated cell replaces the uncalibrated margin with its own fitted uncertainty; a
+    # fitted one that failed calibration keeps its coefficients under the larger margin
+    return {"cell": key, **predict(comps, usable_cell(contract, key), req.margin)}
+
+
+def plan(req: PlanRequest) -> Plan:
+    contract = load_contract(req.contract)
+    g, batches = batch_candidates(req)
+    ckpts = [req.checkpointing] if req.checkpointing is not None else [False, True]
+    trials: list[Trial] = []
+    chosen = smallest = None
+    for ckpt in ckpts:                       # checkpointing only when nothing fits without it
+        for micro, accum in batches:         # largest micro-batch first
+            shape = Shape(req.seq_len, micro, ckpt, req.packing)
+            pred = predict_shape(req, shape, contract)
+            ok = pred["peak_bytes"] <= req.budget_bytes
+            trials.append(Trial(micro, ckpt, pred["peak_bytes"], ok))
+            if smallest is None or pred["peak_bytes"] < smallest[2]["peak_bytes"]:
+                smallest = (shape, accum, pred)
+            if ok:
+                chosen = (shape, accum, pred)
+                break
+        if chosen:
+            break
+    shape, accum, pred = chosen or smallest
+    return Plan(
+        verdict="fits" if chosen else "refuses", shape=shape, grad_accum=accum,
+        global_batch=shape.micro_batch * accum, cell=pred["cell"],
+        calibrated=pred["calibrated"], uncertainty=pred["uncertainty"],
+        components=pred["components"], raw_bytes=pred["raw_bytes"],
+        peak_bytes=pred["peak_bytes"], budget_bytes=req.budget_bytes, trials=tuple(trials),
+        est_tokens_per_s=_tokens_per_s(req, shape), fitted=pred.get("fitted", False))
+
+
+def _tokens_per_s(req: PlanRequest, shape: Shape) -> float | None:
+    """Rough throughput: FLOPs/token ≈ 2N forward + 2N backward (+2N weight grads when every
+    weight trains, +2N recompute under checkpointing), at an assumed MFU."""
+    if not req.tflops:
+        return None
+    p = req.arch.params()
+    n = p["linear"] + req.arch.vocab * req.arch.hidden        # matmul params (lm_head included)
+    per_token = n * (4 + (2 if req.lane.kind == "full" else 0) + (2 if shape.checkpointing else 0))
+    per_token += 6 * req.arch.layers * shape.seq_len * req.arch.heads * req.arch.head_dim
+    return req.tflops * 1e12 * ASSUMED_MFU / per_token
+
+
+def ways_out(req: PlanRequest, *, rungs: Mapping[str, Arch] = {},
+             tiers: Mapping[str, int] = {}, memory_for=None) -> tuple[str, ...]:
+    """Concrete alternatives for a refused request, each planned and known to fit.
+
+    rungs: smaller rungs by name (largest first); tiers: named tiers' budgets in bytes;
+    memory_for(budget_bytes) -> the `hw.memory_gb` whose budget covers it on this tier.
+    """
+    out: list[str] = []
+
+    def fits(r: PlanRequest) -> Plan | None:
+        try:
+            p = plan(r)
+        except ConfigError:
+            return None
+        return p if p.fits else None
+
+    loose = replace(req, micro_batch=None, grad_accum=None, checkpointing=None)
+    # a suggestion is computed with the shape knobs on auto, so it says so when they were not
+    unpin = " ".join(k for k, v in (("train.micro_batch=auto", req.micro_batch),
+                                    ("train.grad_accum=auto", req.grad_accum),
+                                    ("lane.gradient_checkpointing=auto", req.checkpointing))
+                     if v is not None)
+    also = f" {unpin}" if unpin else ""
+    if req.checkpointing is False and (p := fits(replace(req, checkpointing=None))):
+        out.append(f"turn on gradient checkpointing (`lane.gradient_checkpointing=auto`): "
+                   f"predicted {_gb(p.peak_bytes)}")
+    if (req.micro_batch or req.grad_accum) and (p := fits(loose)):
+        out.append(f"let mens size the batch (`train.micro_batch=auto train.grad_accum=auto`): "
+                   f"micro_batch {p.shape.micro_batch}, predicted {_gb(p.peak_bytes)}")
+    if req.lane.kind in ("lora", "full"):
+        q = replace(loose, lane=replace(req.lane, kind="qlora"))
+        if p := fits(q):
+            out.append(f"use QLoRA (`lane=qlora{also}`): predicted {_gb(p.peak_bytes)}")
+    if req.lane.kind == "full" and (p := fits(replace(loose, lane=replace(req.lane, kind="lora")))):
+        out.append(f"use LoRA (`lane=lora{also}`): predicted {_gb(p.peak_bytes)}")
+    s = req.seq_len // 2
+    while s >= 128:
+        if p := fits(replace(loose, seq_len=s)):
+            out.append(f"shorten sequences (`train.seq_len={s}{also}`): "
+                       f"predicted {_gb(p.peak_bytes)}")
+            break
+        s //= 2
+    for name, arch in rungs.items():
+        if p := fits(replace(loose, arch=arch)):
+            out.append(f"a smaller rung (`+rung={name}{also}`): predicted {_gb(p.peak_bytes)}")
+            break
+    for name, budget in sorted(tiers.items(), key=lambda kv: kv[1]):
+        if budget > req.budget_bytes and (p := fits(replace(loose, budget_bytes=budget))):
+            out.append(f"a bigger tier (`+hw={name}{also}`, budget {_gb(budget)}): "
+                       f"predicted {_gb(p.peak_bytes)}")
+            break
+    if memory_for:
+        need = plan(replace(loose, budget_bytes=0)).peak_bytes   # the smallest shape's peak
+        out.append(f"a device with at least {memory_for(need):g} GiB "
+                   f"(`hw.memory_gb={memory_for(need):g}{also}` plans for one)")
+    return tuple(out)
+
+
+def _gb(n: int) -> str:
+    return f"{n / GiB:.2f} GiB"

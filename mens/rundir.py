@@ -1,0 +1,124 @@
+"""The run directory: one owner for its layout and its writes.
+
+    <run dir>/
+      .hydra/  spec.yaml  plan.json  telemetry.jsonl  checkpoints/{last.ckpt,…}
+      adapter/ (PEFT) or model/ (full lane)   summary.json (written last: a dir without it
+      is unfinished)   export/   outcome.json (a sweep job's exit)   calibration.json …
+
+Every file is written atomically (a temp name in the same folder, then rename), so a reader
+never sees half a file and an interrupted job leaves no partial file under a final name.
+Only rank 0 writes (several processes train one run); other ranks' writes are no-ops.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Callable
+
+
+def rank_zero() -> bool:
+    """True in the process that owns the run dir: rank 0 of a multi-process run, or the only
+    one. Read from the launcher's environment (torchrun / Lightning set these)."""
+    for var in ("RANK", "LOCAL_RANK", "NODE_RANK", "SLURM_PROCID"):
+        if int(os.environ.get(var, "0") or 0) != 0:
+            return False
+    return True
+
+
+def atomic_write(path: Path | str, text: str) -> Path:
+    """Write via a temp file and rename, so a reader never sees half a file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+    return path
+
+
+class RunDir:
+    SPEC, PLAN, TELEMETRY, SUMMARY = "spec.yaml", "plan.json", "telemetry.jsonl", "summary.json"
+    OUTCOME, CHECKPOINTS, ADAPTER, MODEL, EXPORT = ("outcome.json", "checkpoints", "adapter",
+                                                    "model", "export")
+
+    def __init__(self, path: Path | str):
+        self.path = Path(path)
+
+    def __truediv__(self, name: str) -> Path:
+        return self.path / name
+
+    def __str__(self) -> str:
+        return str(self.path)
+
+    def __repr__(self) -> str:
+        return f"RunDir({str(self.path)!r})"
+
+    # --- layout ----------------------------------------------------------------------------
+    spec = property(lambda self: self.path / self.SPEC)
+    plan = property(lambda self: self.path / self.PLAN)
+    telemetry = property(lambda self: self.path / self.TELEMETRY)
+    summary = property(lambda self: self.path / self.SUMMARY)
+    outcome = property(lambda self: self.path / self.OUTCOME)
+    checkpoints = property(lambda self: self.path / self.CHECKPOINTS)
+    last_checkpoint = property(lambda self: self.path / self.CHECKPOINTS / "last.ckpt")
+    adapter = property(lambda self: self.path / self.ADAPTER)
+    model = property(lambda self: self.path / self.MODEL)
+    export = property(lambda self: self.path / self.EXPORT)
+
+    @property
+    def finished(self) -> bool:
+        return self.summary.is_file()
+
+    @property
+    def is_run(self) -> bool:
+        """A dir mens trained into (finished or not)."""
+        return self.telemetry.is_file() or self.summary.is_file()
+
+    @property
+    def has_adapter(self) -> bool:
+        return (self.adapter / "adapter_config.json").is_file()
+
+    @property
+    def has_model(self) -> bool:
+        return (self.model / "config.json").is_file()
+
+    # --- writes (rank 0 only, atomic) -------------------------------------------------------
+    def write_text(self, name: str, text: str) -> Path:
+        path = self.path / name
+        if rank_zero():
+            atomic_write(path, text)
+        return path
+
+    def write_json(self, name: str, obj, indent: int | None = 2) -> Path:
+        return self.write_text(name, json.dumps(obj, indent=indent))
+
+    def save_dir(self, name: str, save: Callable[[Path], None]) -> Path:
+        """save(tmp) fills a temp folder, renamed to <run dir>/name when complete."""
+        final, tmp = self.path / name, self.path / f".{name}.tmp"
+        if rank_zero():
+            shutil.rmtree(tmp, ignore_errors=True)
+            save(tmp)
+            shutil.rmtree(final, ignore_errors=True)
+            os.replace(tmp, final)
+        return final
+
+    # --- reads -------------------------------------------------------------------------------
+    def read_json(self, name: str) -> dict:
+        path = self.path / name
+        return json.loads(path.read_text()) if path.is_file() else {}
+
+    def read_spec(self) -> dict:
+        """spec.yaml as plain data ({} when absent)."""
+        import yaml
+        return (yaml.safe_load(self.spec.read_text()) or {}) if self.spec.is_file() else {}
+
+    def read_summary(self) -> dict:
+        return self.read_json(self.SUMMARY)
+
+    def telemetry_rows(self, event: str | None = None) -> list[dict]:
+        if not self.telemetry.is_file():
+            return []
+        with open(self.telemetry) as f:
+            rows = [json.loads(line) for line in f if line.strip()]
+        return [r for r in rows if event is None or r.get("event") == event]

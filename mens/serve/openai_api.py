@@ -1,0 +1,290 @@
+"""The OpenAI-compatible HTTP API over `Slots`, as a FastAPI app.
+
+Request bodies are the strict pydantic models of mens.serve.requests; a field the server does
+not implement — an OpenAI one set to anything but its no-op value, or any other — is refused
+with a 400 that names every such field (nothing is ignored silently). Every error — FastAPI's
+validation errors, unknown routes, our own checks — is answered in OpenAI's shape
+`{"error": {"message", "type", "param", "code"}}` with a 4xx status; an unexpected exception
+(in a handler or on the model thread) in the same shape with 500 and type `server_error`.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import secrets
+import threading
+import time
+import uuid
+
+from fastapi import Depends, FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, StreamingResponse
+from starlette.exceptions import HTTPException
+
+from mens.serve.generate import GenRequest, generate
+from mens.serve.requests import (Body, ChatRequest, CompletionRequest, PromoteRequest,
+                                 RollbackRequest, Sampling, unsupported, unsupported_message)
+from mens.serve.slots import Slots
+
+
+class APIError(Exception):
+    def __init__(self, status: int, message: str, param: str | None = None,
+                 code: str | None = None, type: str = "invalid_request_error"):
+        super().__init__(message)
+        self.status, self.message, self.param, self.code, self.type = status, message, param, code, type
+
+
+def error_body(message: str, type: str = "invalid_request_error", param=None, code=None) -> dict:
+    return {"error": {"message": message, "type": type, "param": param, "code": code}}
+
+
+def _refuse_unsupported(req: Body) -> None:
+    found = unsupported(req)
+    if found:
+        raise APIError(400, unsupported_message(req, found), param=found[0][0],
+                       code="unsupported_parameter")
+
+
+# --- the app -----------------------------------------------------------------------------------
+def build_app(slots: Slots, api_key: str | None = None, max_body_bytes: int = 1 << 20,
+              default_max_tokens: int = 256, max_header_bytes: int = 16384):
+    app = FastAPI(title="mens", docs_url=None, redoc_url=None, openapi_url=None)
+    app.state.slots = slots
+
+    def auth(request: Request) -> None:
+        if api_key is None:
+            return
+        given = request.headers.get("authorization", "")
+        scheme, _, token = given.partition(" ")
+        if scheme.lower() != "bearer" or not secrets.compare_digest(
+                token.strip().encode("utf-8", "replace"), api_key.encode()):
+            raise APIError(401, "Incorrect or missing API key: send `Authorization: Bearer "
+                                "<serve.api_key>`.", code="invalid_api_key")
+
+    @app.exception_handler(APIError)
+    async def _api_error(request, e: APIError):
+        return JSONResponse(error_body(e.message, e.type, e.param, e.code), status_code=e.status)
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(request, e: RequestValidationError):
+        err = (e.errors() or [{}])[0]
+        loc = [str(p) for p in err.get("loc", ()) if p != "body"]
+        if err.get("type") == "json_invalid":
+            return JSONResponse(error_body(
+                "The body of the request is not valid JSON: we could not parse it."),
+                status_code=400)
+        return JSONResponse(error_body(
+            f"{'.'.join(loc) or 'body'}: {err.get('msg', 'invalid request')}",
+            param=".".join(loc) or None, code=err.get("type")), status_code=400)
+
+    @app.exception_handler(Exception)
+    async def _crash(request, e: Exception):
+        # Starlette still re-raises `e` after this answer, so the server log keeps the traceback
+        detail = " ".join(f"{type(e).__name__}: {e}".split())[:500]
+        return JSONResponse(error_body(f"The server had an error while processing the request "
+                                       f"({detail}).", "server_error"), status_code=500)
+
+    @app.exception_handler(HTTPException)
+    async def _http(request, e: HTTPException):
+        status = e.status_code if 400 <= e.status_code < 500 else 400
+        code = {413: "request_too_large"}.get(status)
+        return JSONResponse(error_body(str(e.detail), code=code), status_code=status,
+                            headers=getattr(e, "headers", None))
+
+    @app.get("/health")
+    async def health():
+        return {"status": "ok", "models": [m for m, _ in slots.model_ids()],
+                "memory": slots.memory()}
+
+    @app.get("/v1/models", dependencies=[Depends(auth)])
+    async def models():
+        return {"object": "list", "data": [_model_card(slots, m, t) for m, t in slots.model_ids()]}
+
+    @app.get("/v1/models/{model_id:path}", dependencies=[Depends(auth)])
+    async def model(model_id: str):
+        for m, t in slots.model_ids():
+            if m == model_id:
+                return _model_card(slots, m, t)
+        raise _no_model(slots, model_id)
+
+    @app.post("/v1/chat/completions", dependencies=[Depends(auth)])
+    async def chat(req: ChatRequest):
+        _refuse_unsupported(req)
+        slot = _slot(slots, req.model)
+        msgs = [{"role": "system" if m.role == "developer" else m.role, "content": m.text()}
+                for m in req.messages]
+        try:
+            prompt = slots.encode_chat(msgs)
+        except Exception as e:  # a template may refuse a conversation; lone surrogates
+            raise APIError(400, f"messages: they cannot be rendered and tokenized: {e}", "messages")
+        gen = _gen_request(slots, req, prompt, req.max_completion_tokens, default_max_tokens)
+        return await _respond(slots, slot, req, gen, chat=True)
+
+    @app.post("/v1/completions", dependencies=[Depends(auth)])
+    async def completions(req: CompletionRequest):
+        _refuse_unsupported(req)
+        slot = _slot(slots, req.model)
+        p = req.prompt
+        if isinstance(p, list) and len(p) == 1 and isinstance(p[0], (str, list)):
+            p = p[0]   # a batch of one
+        if isinstance(p, list) and (not p or isinstance(p[0], (str, list))):
+            raise APIError(400, "prompt: give one prompt (a string or a list of token ids); "
+                                "batches of prompts are not supported.", "prompt")
+        if isinstance(p, list):
+            vocab = len(slots.request_tokenizer)
+            if any(t < 0 or t >= vocab for t in p):
+                raise APIError(400, f"prompt: token ids must be in [0, {vocab}).", "prompt")
+            prompt = list(p)
+        else:
+            try:
+                prompt = slots.encode(p)
+            except Exception as e:  # e.g. a lone surrogate ("\ud800") that JSON allows
+                raise APIError(400, f"prompt: it cannot be tokenized: {e}", "prompt")
+        if not prompt:
+            raise APIError(400, "prompt: it is empty.", "prompt")
+        gen = _gen_request(slots, req, prompt, None, default_max_tokens)
+        return await _respond(slots, slot, req, gen, chat=False)
+
+    @app.get("/admin/aliases", dependencies=[Depends(auth)])
+    async def aliases():
+        return {"aliases": slots.aliases, "history": slots.history}
+
+    @app.post("/admin/promote", dependencies=[Depends(auth)])
+    async def promote(req: PromoteRequest):
+        _refuse_unsupported(req)
+        try:
+            return slots.promote(req.spoke, req.slot)
+        except KeyError as e:
+            raise APIError(404, str(e.args[0]), "slot" if req.slot else "spoke", "not_found")
+        except ValueError as e:
+            raise APIError(400, str(e), "slot")
+
+    @app.post("/admin/rollback", dependencies=[Depends(auth)])
+    async def rollback(req: RollbackRequest):
+        _refuse_unsupported(req)
+        try:
+            return slots.rollback(req.spoke)
+        except ValueError as e:
+            raise APIError(400, str(e), "spoke")
+
+    from mens.serve.limits import Limits
+    return Limits(app, max_body_bytes, max_header_bytes)
+
+
+def _model_card(slots: Slots, model_id: str, target: str | None) -> dict:
+    slot = slots.resolve(model_id)
+    return {"id": model_id, "object": "model", "created": 0, "owned_by": "mens",
+            "root": target or model_id, "parent": None if slot.adapter is None else "base",
+            "spoke": slot.spoke, "lane": slot.lane}
+
+
+def _no_model(slots: Slots, model_id: str) -> APIError:
+    known = ", ".join(m for m, _ in slots.model_ids())
+    return APIError(404, f"The model `{model_id[:200]}` does not exist. Models here: {known}.",
+                    "model", "model_not_found")
+
+
+def _slot(slots: Slots, model_id: str):
+    slot = slots.resolve(model_id)
+    if slot is None:
+        raise _no_model(slots, model_id)
+    return slot
+
+
+def _gen_request(slots: Slots, req: Sampling, prompt: list[int], alt_max: int | None,
+                 default_max: int) -> GenRequest:
+    room = slots.context - len(prompt)
+    if room <= 0:
+        raise APIError(400, f"This model's maximum context length is {slots.context} tokens; "
+                            f"the prompt alone is {len(prompt)}.",
+                       "messages" if isinstance(req, ChatRequest) else "prompt",
+                       "context_length_exceeded")
+    if alt_max is not None and req.max_tokens is not None and req.max_tokens != alt_max:
+        raise APIError(400, f"max_tokens={req.max_tokens} and max_completion_tokens={alt_max}: "
+                            f"give one of them.", "max_tokens")
+    key = "max_completion_tokens" if alt_max is not None else "max_tokens"
+    want = alt_max if alt_max is not None else req.max_tokens
+    if want is not None and want <= 0:
+        raise APIError(400, f"{key}: it must be at least 1 (got {want}).", key)
+    if want is not None and want > room:
+        raise APIError(400, f"This model's maximum context length is {slots.context} tokens: "
+                            f"{len(prompt)} in the prompt + {key}={want} is over it.", key,
+                       "context_length_exceeded")
+    if req.stream_options is not None and not req.stream:   # as OpenAI: never ignored silently
+        raise APIError(400, "stream_options is only allowed when stream is true.", "stream_options")
+    stop = [req.stop] if isinstance(req.stop, str) else list(req.stop or [])
+    if any(not s for s in stop):
+        raise APIError(400, "stop: empty stop strings are not allowed.", "stop")
+    temp = 1.0 if req.temperature is None else req.temperature
+    return GenRequest(tuple(prompt), want if want is not None else min(default_max, room), temp,
+                      1.0 if req.top_p is None else req.top_p, req.seed, tuple(stop))
+
+
+def _usage(r) -> dict:
+    return {"prompt_tokens": r.prompt_tokens, "completion_tokens": r.completion_tokens,
+            "total_tokens": r.prompt_tokens + r.completion_tokens}
+
+
+async def _respond(slots: Slots, slot, req: Sampling, gen: GenRequest, chat: bool):
+    rid = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"
+    created = int(time.time())
+    head = {"id": rid, "created": created, "model": req.model,
+            "system_fingerprint": f"mens-{slot.name}"}
+    if req.stream:
+        return StreamingResponse(_sse(slots, slot, req, gen, chat, head),
+                                 media_type="text/event-stream",
+                                 headers={"Cache-Control": "no-cache"})
+    r = await asyncio.wrap_future(slots.run(generate, slots, slot, gen))
+    choice = ({"index": 0, "message": {"role": "assistant", "content": r.text},
+               "logprobs": None, "finish_reason": r.finish_reason} if chat else
+              {"index": 0, "text": r.text, "logprobs": None, "finish_reason": r.finish_reason})
+    return {**head, "object": "chat.completion" if chat else "text_completion",
+            "choices": [choice], "usage": _usage(r)}
+
+
+async def _sse(slots: Slots, slot, req: Sampling, gen: GenRequest, chat: bool, head: dict):
+    """Server-sent events: one chunk per piece of final text, then finish_reason, [DONE]."""
+    loop = asyncio.get_running_loop()
+    queue: asyncio.Queue = asyncio.Queue()
+    cancel = threading.Event()   # set when the client goes away: generation stops early
+
+    def put(item):
+        loop.call_soon_threadsafe(queue.put_nowait, item)
+
+    obj = "chat.completion.chunk" if chat else "text_completion"
+    usage_wanted = bool(req.stream_options and req.stream_options.include_usage)
+
+    def chunk(text=None, finish=None, role=False) -> str:
+        if chat:
+            delta = {"role": "assistant", "content": ""} if role else \
+                ({"content": text} if text is not None else {})
+            choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+        else:
+            choice = {"index": 0, "text": text or "", "logprobs": None, "finish_reason": finish}
+        body = {**head, "object": obj, "choices": [choice]}
+        if usage_wanted:
+            body["usage"] = None
+        return f"data: {json.dumps(body)}\n\n"
+
+    fut = slots.run(generate, slots, slot, gen, lambda t: put(("text", t)), cancel.is_set)
+    fut.add_done_callback(lambda f: put(("done", f)))
+    try:
+        if chat:
+            yield chunk(role=True)
+        while True:
+            kind, value = await queue.get()
+            if kind == "text":
+                yield chunk(text=value)
+                continue
+            try:
+                r = value.result()
+            except Exception as e:  # the stream has begun: the error goes in an event
+                yield f"data: {json.dumps(error_body(f'generation failed: {e}', 'server_error'))}\n\n"
+                break
+            yield chunk(finish=r.finish_reason)
+            if usage_wanted:
+                yield f"data: {json.dumps({**head, 'object': obj, 'choices': [], 'usage': _usage(r)})}\n\n"
+            break
+        yield "data: [DONE]\n\n"
+    finally:
+        cancel.set()

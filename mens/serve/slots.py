@@ -1,0 +1,292 @@
+"""Adapter slots: one base model and any number of LoRA adapters, served side by side.
+
+The adapters are loaded into ONE `peft.PeftModel` with `load_adapter` and picked per request
+with `set_adapter` (the base: `disable_adapter()`), so each adapter costs only its own A/B
+matrices — nothing is merged and no dense per-layer delta is materialised. Every model call
+goes through `Slots.run`, a single worker thread: PEFT's active adapter is global state, so two
+requests must never interleave. Aliases `<spoke>:champion` / `<spoke>:challenger` point at
+slots and can be promoted and rolled back while serving.
+"""
+from __future__ import annotations
+
+import re
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from mens.errors import ConfigError
+from mens.rundir import RunDir
+
+BASE = "base"
+ROLES = ("champion", "challenger")
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+
+
+@dataclass
+class Slot:
+    name: str                      # the id clients send as `model`
+    adapter: str | None            # PEFT adapter name inside the PeftModel; None: the base
+    path: Path | None = None       # adapter dir
+    run: Path | None = None        # its run dir, when it came from one
+    spoke: str | None = None
+    lane: str | None = None
+    tensor_bytes: int = 0          # the adapter's own weights as loaded
+
+
+@dataclass
+class Source:
+    """Where an adapter comes from: a run dir (adapter/ inside) or a bare PEFT adapter dir."""
+    name: str
+    adapter_dir: Path
+    run: Path | None
+    spec: dict = field(default_factory=dict)
+
+    @classmethod
+    def parse(cls, item: str, key: str = "serve.adapters") -> "Source":
+        name, sep, path = item.partition("=")
+        if not sep:
+            name, path = "", item
+        p = Path(path).expanduser()
+        if (p / "adapter_config.json").is_file():
+            adapter, run = p, (p.parent if RunDir(p.parent).spec.is_file() else None)
+        elif RunDir(p).has_adapter:
+            adapter, run = RunDir(p).adapter, p
+        elif RunDir(p).has_model:
+            raise ConfigError(
+                f"{p} is a full fine-tuning run (model/, no adapter): it is a whole model, not a "
+                f"slot on a base. Serve it as the base: `python -m mens.serve rung.path={p}/model`.",
+                key=key)
+        else:
+            raise ConfigError(f"{p}: no PEFT adapter there (adapter_config.json, or adapter/ in a "
+                              f"finished run dir). Give a run dir that `python -m mens` wrote.",
+                              key=key)
+        spec = RunDir(run).read_spec() if run else {}
+        name = name or (run.name if run else adapter.name)
+        if name == BASE or not NAME_RE.match(name):
+            raise ConfigError(f"slot name `{name}` is not usable as a model id: use letters, "
+                              f"digits, `.`, `_`, `-` (at most 64, not `base`), e.g. "
+                              f"`serve.adapters=['mine={path}']`.", key=key)
+        return cls(name, adapter, run, spec)
+
+
+def pick_device(want: str) -> str:
+    import torch
+    if want != "auto":
+        return want
+    if torch.cuda.is_available():
+        return "cuda"
+    mps = getattr(torch.backends, "mps", None)
+    return "mps" if mps is not None and mps.is_available() else "cpu"
+
+
+def pick_dtype(want: str, device: str):
+    import torch
+    if want == "auto":   # fp32 where there is no fast half type (CPU); bf16 where there is
+        if device == "cuda":
+            want = "bf16" if torch.cuda.is_bf16_supported() else "fp16"
+        else:
+            want = "fp16" if device == "mps" else "fp32"
+    return {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[want]
+
+
+def tensor_bytes(tensors) -> int:
+    return sum(t.numel() * t.element_size() for t in tensors)
+
+
+class Slots:
+    """Base + adapters on one PeftModel, a tokenizer, aliases, and the one worker thread."""
+
+    def __init__(self, rung, sources: list[Source], device: str = "auto", dtype: str = "auto",
+                 seed: int = 0):
+        from omegaconf import OmegaConf
+
+        from mens.model.load import load_base, load_tokenizer
+
+        if isinstance(rung, dict):
+            rung = OmegaConf.create(rung)
+        self.rung, self.device = rung, pick_device(device)
+        self.dtype = pick_dtype(dtype, self.device)
+        self.notes: list[str] = []
+        self.tokenizer = load_tokenizer(rung, self.notes)      # worker thread only
+        self.request_tokenizer = load_tokenizer(rung, [])     # event loop only (see `encode`)
+        # the training seed, so a random-init base is the very one the adapters trained on
+        base = load_base(rung, "lora", _precision(self.dtype), self.device, seed)
+        base = base.to(self.device).eval()
+        self.base_bytes = tensor_bytes(list(base.parameters()) + list(base.buffers()))
+        self.context = int(base.config.max_position_embeddings)
+        gen = getattr(base, "generation_config", None)
+        eos = gen.eos_token_id if gen is not None and gen.eos_token_id is not None else []
+        eos = [eos] if isinstance(eos, int) else list(eos)
+        if self.tokenizer.eos_token_id is not None and self.tokenizer.eos_token_id not in eos:
+            eos.append(self.tokenizer.eos_token_id)
+        self.eos = eos
+        self.pad = (gen.pad_token_id if gen is not None and gen.pad_token_id is not None
+                    else self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None
+                    else eos[0])
+        self.slots: dict[str, Slot] = {BASE: Slot(BASE, None)}
+        self.model = base
+        self.aliases: dict[str, dict[str, str | None]] = {}
+        self.history: dict[str, list[dict]] = {}
+        self._alias_lock = threading.Lock()
+        self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mens-model")
+        for src in sources:
+            self.add(src)
+
+    def add(self, src: Source) -> Slot:
+        """Load one more adapter onto the base (not while requests run: the model changes).
+        The first adapter of a spoke becomes its champion, the latest its challenger."""
+        from peft import PeftModel
+
+        adapter_name = f"a{len(self.slots) - 1}"   # PEFT names are module keys: no dots
+        if src.name in self.slots:
+            raise ConfigError(f"two adapters are named `{src.name}`: name them apart with "
+                              f"`serve.adapters=['other=DIR']`.", key="serve.adapters")
+        rung = (src.spec.get("rung") or {}).get("name")
+        if rung and rung != self.rung.name:
+            raise ConfigError(f"adapter `{src.name}` was trained on rung {rung}, but the base "
+                              f"served is {self.rung.name}: serve it with `+rung={rung}`.",
+                              key="serve.adapters")
+        try:
+            if isinstance(self.model, PeftModel):
+                self.model.load_adapter(str(src.adapter_dir), adapter_name=adapter_name)
+            else:
+                self.model = PeftModel.from_pretrained(self.model, str(src.adapter_dir),
+                                                       adapter_name=adapter_name)
+        except Exception as e:  # wrong shapes, wrong base, unreadable files
+            raise ConfigError(f"adapter `{src.name}` ({src.adapter_dir}) does not load on "
+                              f"{self.rung.name}: {type(e).__name__}: {e}", key="serve.adapters")
+        self.model.eval()
+        own = [p for n, p in self.model.named_parameters() if f".{adapter_name}." in n]
+        self.slots[src.name] = Slot(
+            src.name, adapter_name, src.adapter_dir, src.run,
+            (src.spec.get("spoke") or {}).get("name"), (src.spec.get("lane") or {}).get("kind"),
+            tensor_bytes(own))
+        slot = self.slots[src.name]
+        if slot.spoke:
+            roles = self.aliases.setdefault(slot.spoke, {"champion": None, "challenger": None})
+            roles["champion" if roles["champion"] is None else "challenger"] = slot.name
+        return slot
+
+    # --- names -----------------------------------------------------------------------------
+    def resolve(self, model_id: str) -> Slot | None:
+        if model_id in self.slots:
+            return self.slots[model_id]
+        spoke, _, role = model_id.rpartition(":")
+        target = self.aliases.get(spoke, {}).get(role) if role in ROLES else None
+        return self.slots.get(target) if target else None
+
+    def model_ids(self) -> list[tuple[str, str | None]]:
+        """(id, the slot it stands for when it is an alias)."""
+        out = [(n, None) for n in self.slots]
+        for spoke, roles in sorted(self.aliases.items()):
+            out += [(f"{spoke}:{r}", roles[r]) for r in ROLES if roles.get(r)]
+        return out
+
+    def promote(self, spoke: str, slot: str | None = None) -> dict:
+        """`slot` (default: the challenger) becomes champion; the old champion becomes the
+        challenger, so the pair can still be compared. The previous pair goes on a stack."""
+        with self._alias_lock:
+            roles = self.aliases.get(spoke)
+            if roles is None:
+                raise KeyError(f"no adapter of spoke `{spoke}` is loaded")
+            slot = slot or roles["challenger"]
+            if not slot:
+                raise ValueError(f"spoke `{spoke}` has no challenger to promote: name a slot")
+            s = self.slots.get(slot)
+            if s is None or s.adapter is None:
+                raise KeyError(f"no adapter slot `{slot}`")
+            if s.spoke != spoke:
+                raise ValueError(f"slot `{slot}` was trained on spoke {s.spoke}, not {spoke}")
+            self.history.setdefault(spoke, []).append(dict(roles))
+            old = roles["champion"]
+            roles["champion"] = slot
+            roles["challenger"] = old if old != slot else roles["challenger"]
+            return {"spoke": spoke, **roles}
+
+    def rollback(self, spoke: str) -> dict:
+        with self._alias_lock:
+            if not self.history.get(spoke):
+                raise ValueError(f"spoke `{spoke}` has no promotion to roll back")
+            self.aliases[spoke] = self.history[spoke].pop()
+            return {"spoke": spoke, **self.aliases[spoke]}
+
+    # --- the model thread --------------------------------------------------------------------
+    def run(self, fn, *args):
+        """Submit fn(*args) to the single model thread; returns a concurrent Future."""
+        return self._worker.submit(fn, *args)
+
+    def activate(self, slot: Slot):
+        """A context in which self.model computes as `slot` (model thread only)."""
+        import contextlib
+        if slot.adapter is None:
+            return self.model.disable_adapter() if self.slots.keys() - {BASE} \
+                else contextlib.nullcontext()
+        self.model.set_adapter(slot.adapter)
+        return contextlib.nullcontext()
+
+    def encode_chat(self, messages: list[dict]) -> list[int]:
+        tok = self.request_tokenizer
+        if getattr(tok, "chat_template", None):
+            text = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        else:   # a rung without a template: the ChatML mens trains with
+            from mens.data.pack import CHATML
+            text = "".join(CHATML.format(**m) for m in messages) + "<|im_start|>assistant\n"
+        return self.encode(text)
+
+    def encode(self, text: str) -> list[int]:
+        # A second tokenizer instance for the event loop: a HF fast tokenizer shared with the
+        # model thread can fail with "Already borrowed" when both use it at once.
+        out = self.request_tokenizer.encode(text, add_special_tokens=False)
+        return list(getattr(out, "ids", out))
+
+    def memory(self) -> dict:
+        import psutil
+        adapters = {s.name: s.tensor_bytes for s in self.slots.values() if s.adapter}
+        total = tensor_bytes(list(self.model.parameters()) + list(self.model.buffers()))
+        out = {"base_bytes": self.base_bytes, "adapter_bytes": adapters,
+               "model_tensor_bytes": total,
+               "rss_bytes": psutil.Process().memory_info().rss, "device": self.device}
+        if self.device == "cuda":
+            import torch
+            out["cuda_allocated_bytes"] = torch.cuda.memory_allocated()
+        return out
+
+    def close(self) -> None:
+        self._worker.shutdown(wait=False, cancel_futures=True)
+
+
+def _precision(dtype) -> str:
+    import torch
+    return {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}[dtype]
+
+
+def load_from_config(cfg) -> Slots:
+    """`run=` (its base and adapter) + `serve.adapters`; without `run=`, the composed rung."""
+    sources = []
+    rung, seed = cfg.rung, 0
+    if cfg.run:
+        run = Path(cfg.run)
+        spec = RunDir(run).read_spec()
+        if not spec:
+            raise ConfigError(f"run={run}: no spec.yaml there; give a run dir that `python -m "
+                              f"mens` wrote (outputs/<date>/<time>_train/).", key="run")
+        rung, seed = spec["rung"], int((spec.get("train") or {}).get("seed", 0))
+        if RunDir(run).has_model and not RunDir(run).adapter.is_dir():
+            rung = {**rung, "path": str(RunDir(run).model)}   # full lane: its model is the base
+        else:
+            sources.append(Source.parse(str(run), key="run"))
+    sources += [Source.parse(str(a)) for a in cfg.serve.adapters]
+    return Slots(rung, sources, device=cfg.serve.device, dtype=cfg.serve.dtype, seed=seed)
+
+
+def describe(slots: Slots) -> str:
+    lines = [f"base  {slots.rung.name} on {slots.device} ({slots.base_bytes / 2**20:.1f} MiB)"]
+    for s in slots.slots.values():
+        if s.adapter:
+            lines.append(f"slot  {s.name}: {s.lane or 'lora'} adapter, spoke {s.spoke or '?'} "
+                         f"({s.tensor_bytes / 2**20:.2f} MiB) ← {s.path}")
+    for spoke, roles in slots.aliases.items():
+        lines.append("alias " + ", ".join(f"{spoke}:{r} → {roles[r]}" for r in ROLES if roles[r]))
+    return "\n".join(lines)
+

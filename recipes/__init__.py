@@ -1,0 +1,1 @@
+"""Shipped named recipes (`+recipe=NAME`), read through importlib.resources."""

@@ -1,2 +1,0 @@
-"""Per-spoke content templates for recipes/make_corpus.py (one module per spoke, helpers in
-common.py). Not part of the mens package: only the generated data under mens/data ships."""
