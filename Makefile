@@ -11,6 +11,10 @@ PYTHON ?= python3
 #  - macOS: PyPI's wheel, with MPS.
 TORCH_VERSION ?= 2.13.0
 TORCH_INDEX ?=
+# llama-cpp-python (dev extra) builds llama.cpp from source. -march=native would compile its AMX
+# kernels on CPUs that have AMX, and those segfault in q8_0 / K-quant decoding in sandboxes
+# that do not grant AMX tile state (seen on this project's machines): a portable AVX2 build.
+LLAMA_CMAKE_ARGS ?= -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON
 STAMP := $(VENV)/.mens-installed
 ARGS ?=
 
@@ -26,7 +30,7 @@ $(STAMP): pyproject.toml Makefile
 	$(PIP) install -q --upgrade pip
 	@$(PY) -c "import torch" 2>/dev/null || \
 	  $(PIP) install -q torch==$(TORCH_VERSION) $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
-	$(PIP) install -q -e '.[dev]'
+	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(PIP) install -q -e '.[dev]'
 	@touch $(STAMP)
 
 run: install ## the main job: compile, plan and train the embedded tiny default (ARGS=overrides)
