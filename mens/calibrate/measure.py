@@ -268,7 +268,7 @@ def child_main(run_dir: str) -> None:
         RunDir(out_dir).write_json("measure.json", report, indent=None)
 
     cfg = _child_config(job)
-    _set_hydra(job["hydra"])
+    set_hydra_job(job["hydra"])
     import lightning  # noqa: F401  (heavy imports before the baseline: they are not the step)
 
     import mens.model.load  # noqa: F401
@@ -302,7 +302,7 @@ def _child_config(job: dict) -> DictConfig:
     return OmegaConf.merge(OmegaConf.structured(MensConfig), raw)
 
 
-def _set_hydra(bits: dict) -> None:
+def set_hydra_job(bits: dict) -> None:
     """The parent's Hydra job facts, so the trainer's wandb group (one per sweep) is the same
     one a normal `-m` run would get."""
     from hydra.conf import HydraConf

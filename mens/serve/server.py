@@ -35,7 +35,7 @@ def task(cfg: DictConfig, out_dir: Path) -> int:
     from mens.serve.openai_api import build_app
     from mens.serve.slots import describe, load_from_config
 
-    sock = _bind(s.host, s.port)
+    sock = bind_socket(s.host, s.port)
     slots = load_from_config(cfg)
     print(describe(slots))
     app = build_app(slots, s.api_key, s.max_body_bytes, s.max_tokens, s.max_header_bytes)
@@ -55,7 +55,7 @@ def task(cfg: DictConfig, out_dir: Path) -> int:
     return EXIT_OK
 
 
-def _bind(host: str, port: int) -> socket.socket:
+def bind_socket(host: str, port: int) -> socket.socket:
     """Bind before loading the model, so a taken port fails in a second with exit 2."""
     try:
         family = socket.AF_INET6 if ":" in host else socket.AF_INET

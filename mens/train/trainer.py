@@ -86,7 +86,7 @@ def loggers(spec, out_dir: Path, plan):
     os.environ.setdefault("WANDB_SILENT", "true")
     tags = [f"hw:{spec.hw.name}", f"rung:{spec.rung.name}", f"spoke:{spec.spoke.name}",
             f"lane:{spec.lane.kind}", f"curriculum:{spec.curriculum.name}"]
-    group = _sweep_group()
+    group = sweep_group()
     logger = WandbLogger(project="mens", save_dir=str(out_dir), name=out_dir.name, tags=tags,
                          group=group, config=spec.to_dict(), mode=os.environ["WANDB_MODE"])
     logger.experiment.summary.update({"predicted_peak_bytes": plan.peak_bytes,
@@ -108,7 +108,7 @@ def close_loggers(trainer, summary: dict | None = None, exit_code: int = 0) -> N
             logger.experiment.finish(exit_code=exit_code)
 
 
-def _sweep_group():
+def sweep_group():
     try:
         from hydra.core.hydra_config import HydraConfig
         hc = HydraConfig.get()

@@ -41,12 +41,12 @@ def test_sweep_writes_one_record_per_job_each_from_its_own_child(tmp_path, mens_
 def test_child_runs_in_the_sweeps_wandb_group():
     from hydra.core.hydra_config import HydraConfig
 
-    from mens.calibrate.measure import _set_hydra
-    from mens.train.trainer import _sweep_group
+    from mens.calibrate.measure import set_hydra_job
+    from mens.train.trainer import sweep_group
     try:
-        _set_hydra({"mode": "MULTIRUN", "sweep_dir": "outputs/calibration/run7/calib_cpu",
-                    "run_dir": "outputs/calibration/run7/calib_cpu/3"})
-        assert _sweep_group() == "run7_calib_cpu"
+        set_hydra_job({"mode": "MULTIRUN", "sweep_dir": "outputs/calibration/run7/calib_cpu",
+                       "run_dir": "outputs/calibration/run7/calib_cpu/3"})
+        assert sweep_group() == "run7_calib_cpu"
     finally:
         HydraConfig.instance().cfg = None
 
