@@ -6,11 +6,12 @@ then runs the measurement in a fresh child process, so one job cannot inflate th
 launchers may reuse a worker), and a child killed by the OOM killer or by the
 `calibrate.max_rss_gb` guard still leaves a record: a lower bound on that shape's peak.
 
-The child runs `mens.run.train_run` unchanged, with two hooks on functions it calls:
-  load_base      the pre-model baseline is read just before the base model loads;
-  build_trainer  a callback resets the high-water mark when training starts and reads it after
-                 every optimizer step, so model loading, evaluation and saving stay outside it.
-Readings (mens/meter.py): CPU, VmHWM − VmRSS-at-baseline after `5 > /proc/self/clear_refs`;
+The child runs `mens.train.run.train_run` unchanged, through its RunHooks:
+  before_base  the pre-model baseline is read just before the base model loads;
+  callbacks    a Lightning callback (first in the list) resets the high-water mark when
+               training starts and reads it after every optimizer step, so model loading,
+               evaluation and saving stay outside it.
+Readings (mens/train/meter.py): CPU, VmHWM − VmRSS-at-baseline after `5 > /proc/self/clear_refs`;
 CUDA, max reserved/allocated after reset_peak_memory_stats; MPS, driver-allocated, sampled.
 """
 from __future__ import annotations

@@ -78,5 +78,5 @@ def why_excluded(r: dict) -> str | None:
 
 def predicted_raw(r: dict, cell: dict | None, contract) -> int:
     """The fitted (or, without a cell, analytic) prediction for a record's shape, before any
-    uncertainty: the planner's own arithmetic (mens.memory.predict)."""
+    uncertainty: the planner's own arithmetic (mens.plan.memory.predict)."""
     return predict(record_components(r, contract), cell, 0.0)["raw_bytes"]

@@ -1,6 +1,6 @@
 """Composition: Hydra overrides → a validated DictConfig.
 
-Hydra already checks types against mens/schema.py. This module adds what Hydra does not:
+Hydra already checks types against mens/config/schema.py. This module adds what Hydra does not:
 the default `+hw=auto` / `+rung=tiny` (those groups stay out of the defaults list so that
 `+hw=m_series` works as the user types it), rejection of keys the schema does not define
 (`+train.seq_lenn=512` is accepted silently by Hydra) and bad values (mens.config.validate), the

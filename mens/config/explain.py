@@ -46,7 +46,7 @@ def explain(exc: BaseException) -> MensError:
             first = str(err).splitlines()[0]
             return ConfigError(
                 f"Wrong type for `{key}`: {first}. Give a value of the schema's type "
-                f"(see mens/schema.py or `python -m mens.plan --cfg job`).", key=key)
+                f"(see mens/config/schema.py or `python -m mens.plan --cfg job`).", key=key)
         if isinstance(err, ConfigKeyError):
             key = getattr(err, "full_key", None) or _full_key(str(err))
             return unknown_key_error(key)

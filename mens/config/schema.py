@@ -3,7 +3,7 @@
 The primary config (conf/mens.yaml) starts from `mens_schema`, so each group option merged into
 it is checked against these dataclasses at compose time: a misspelt key in an option file or a
 `train.max_steps=abc` fails there. Knobs that accept `auto` are typed `Any` (OmegaConf has no
-Union of int and str) and are checked by `mens.compose.validate` right after composition.
+Union of int and str) and are checked by `mens.config.validate` right after composition.
 """
 from __future__ import annotations
 

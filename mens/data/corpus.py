@@ -26,7 +26,7 @@ DATA_DIR = CORPORA   # mens/assets/corpora/<spoke>/ (written by tools/make_corpu
 PHASES = ("warmup", "syntax", "reasoning", "tool_call", "multi_turn", "orchestration", "agentic")
 ROLES = {"system", "user", "assistant", "tool"}
 SPLITS = {"train", "eval", "golden"}
-CHATML = "<|im_start|>{role}\n{content}<|im_end|>\n"   # as mens.pack renders a record
+CHATML = "<|im_start|>{role}\n{content}<|im_end|>\n"   # as mens.data.pack renders a record
 COMMON_KEYS = ("id", "spoke", "source", "difficulty", "phase", "rating", "split", "provenance",
                "verified")
 REGENERATE = "Regenerate generated files with `python tools/make_corpus.py`."

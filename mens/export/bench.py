@@ -3,7 +3,7 @@
 The 0.6b architecture with random bf16 weights (so the model, not the imports, dominates) and a
 random LoRA (r=16 on all seven projections, PEFT-made) are written once; then each path runs in
 a fresh process, which reports its peak RSS (VmHWM) above its own post-import baseline.
-- streaming: `mens.merge` (merged HF dir in shards) + an f16 GGUF of it (`mens.gguf_write`)
+- streaming: `mens.export.merge` (merged HF dir in shards) + an f16 GGUF of it (`mens.export.gguf`)
 - naive: `from_pretrained` → `PeftModel.from_pretrained` → `merge_and_unload` →
   `save_pretrained`
 Goal (issue #5): streaming peak above baseline ≤ 1.3 × the merged model's bytes.

@@ -1,7 +1,7 @@
-"""`python -m mens.plan [overrides]`: compile and plan only — a plan table and plan.json.
+"""What a plan leaves: the table printed, spec.yaml + plan.json written into the run dir.
 
-Imports no torch/transformers on a named tier, so it answers in well under a second.
-`plan_run` is shared with `python -m mens`, which goes on to train when the plan fits.
+`plan_run` is shared by `mens plan` (which stops there) and `mens train` (which goes on to
+train when the plan fits). Imports no torch/transformers on a named tier: well under a second.
 """
 from __future__ import annotations
 
@@ -9,10 +9,11 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from mens.rundir import RunDir
 from mens.errors import PlanRefused
 from mens.plan.memory import GiB
 from mens.plan.planner import Plan
+from mens.plan.spec import compile_run
+from mens.rundir import RunDir
 
 WHAT = {
     "weights": "frozen base weights",
@@ -31,8 +32,6 @@ WHAT = {
 def plan_run(cfg: DictConfig, out_dir: Path, purpose: str = "plan", write: bool = True):
     """Compile, print the plan, write spec.yaml + plan.json (unless resuming: they exist).
     Refusal → PlanRefused (exit 3) unless plan.force, which goes on loudly and is recorded."""
-    from mens.plan.spec import compile_run
-
     spec, plan = compile_run(cfg, purpose)
     forced = not plan.fits and spec.plan.force
     record = {"verdict": plan.verdict, "forced": forced, "purpose": purpose,

@@ -1,4 +1,4 @@
-"""Peak-memory meters for calibration (mens/calibrate.py), one per backend, and the Lightning
+"""Peak-memory meters for calibration (mens/calibrate/measure.py) and every run, one per backend, and the Lightning
 callback that opens the measurement window when training starts and reads it after every
 optimizer step. Every reading is bytes above the baseline taken just before the model loads.
 """
@@ -176,7 +176,7 @@ def window_callback(meter, steps: int, say):
 def saved_bytes(arch, kind: str = "full", precision: str = "fp32", seq_len: int = 128,
                 micro_batch: int = 2, seed: int = 0) -> int:
     """Bytes autograd keeps for backward after one packed forward of a random Qwen3 of `arch`
-    (mens.memory.Arch) with the lane's trainable set: the count behind the contract's
+    (mens.plan.memory.Arch) with the lane's trainable set: the count behind the contract's
     act_bytes (parameters themselves excluded; each storage counted once)."""
     import torch
     from transformers import Qwen3ForCausalLM
