@@ -134,7 +134,7 @@ def base_record(cfg, spec, plan, out_dir: Path) -> dict:
         "tokens_per_s": None, "hw": {k: getattr(spec.hw, k) for k in
                                      ("name", "backend", "description", "memory_gb")},
         "host": host(), "versions": spec.versions, "git": git_commit(), "date": date,
-        "logger": spec.logger, "sweep": _hydra_bits(out_dir).get("sweep_dir"),
+        "logger": spec.logger.kind, "sweep": _hydra_bits(out_dir).get("sweep_dir"),
         "run_dir": str(out_dir), "notes": list(spec.notes),
     }
 
@@ -274,7 +274,7 @@ def child_main(run_dir: str) -> None:
 
     import mens.model.load  # noqa: F401
     import mens.train.trainer  # noqa: F401
-    if cfg.logger == "wandb":
+    if cfg.logger.kind == "wandb":
         import wandb  # noqa: F401
     from mens.plan.spec import compile_run
     from mens.train.run import RunHooks, train_run
@@ -286,7 +286,7 @@ def child_main(run_dir: str) -> None:
     hooks = RunHooks(before_base=lambda: say(baseline_bytes=meter.baseline()),
                      callbacks=[window_callback(meter, cfg.calibrate.steps, say)])
     try:
-        train_run(spec, plan, out_dir, hooks=hooks)
+        train_run(spec, plan, out_dir, hooks=hooks, job_type="calibrate")
     except BaseException as e:   # recorded for the parent, then the child fails loudly
         say(error=f"{type(e).__name__}: {str(e)[:500]}", window_peak_bytes=meter.safe_read())
         traceback.print_exc()

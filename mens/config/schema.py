@@ -167,7 +167,16 @@ class TrainConfig:
     seed: int = 0
     init_adapter: Optional[str] = None   # start from this PEFT adapter (DPO after SFT)
     checkpoint_every: int = 50           # optimizer steps between checkpoints
+    eval_every: int = 0                  # optimizer steps between held-out evals in training (0: off)
     eval_max_records: Optional[int] = None   # score at most this many held-out records (null: all)
+
+
+@dataclass
+class LoggerConfig:
+    # the `logger` group: `logger=wandb|csv|tensorboard|none` (Lightning's own loggers)
+    kind: str = MISSING              # wandb (offline unless WANDB_MODE says) | csv | tensorboard | none
+    project: Optional[str] = None    # wandb project; null: $WANDB_PROJECT, else `mens`
+    entity: Optional[str] = None     # wandb entity; null: $WANDB_ENTITY, else wandb's default
 
 
 @dataclass
@@ -247,7 +256,7 @@ class MensConfig:
     plan: PlanConfig = field(default_factory=PlanConfig)
     rerun: Optional[str] = None      # a run dir: re-launch from its spec.yaml (new run dir)
     resume: Optional[str] = None     # a run dir: continue it from its last checkpoint
-    logger: str = "wandb"            # wandb (offline) | csv | none
+    logger: LoggerConfig = MISSING   # the `logger` group (default: wandb)
     run: Optional[str] = None        # a finished run dir: what export / serve / compare read
     export: ExportConfig = field(default_factory=ExportConfig)
     serve: ServeConfig = field(default_factory=ServeConfig)

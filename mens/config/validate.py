@@ -207,6 +207,8 @@ RANGES: dict[str, Range] = {
     "train.seed": Range(lo=0, hi=2**32 - 1, integer=True, example="0",
                         note="Lightning's seed_everything takes a uint32"),
     "train.checkpoint_every": _count("optimizer steps between checkpoints", "50"),
+    "train.eval_every": _nonneg("optimizer steps between held-out evals during training; 0 "
+                                "evaluates only before and after", "50"),
     "train.eval_max_records": _count("held-out records scored; null scores all", "100"),
     "plan.uncalibrated_margin": _nonneg("the fraction added to an uncalibrated cell", "0.25"),
     "serve.port": Range(lo=0, hi=65535, integer=True, example="8089",
@@ -267,7 +269,7 @@ CHOICES = {
     "lane.optimizer.name": ["adamw", "adamw_8bit", "sgd"],
     "lane.dpo.loss": list(DPO_LOSSES),
     "train.schedule": ["cosine", "linear", "constant"],
-    "logger": ["wandb", "csv", "none"],
+    "logger.kind": ["wandb", "csv", "tensorboard", "none"],
     "serve.device": ["auto", "cpu", "cuda", "mps"],
     "serve.dtype": ["auto", "fp32", "bf16", "fp16"],
 }

@@ -226,6 +226,8 @@ def load_rerun(run_dir: str) -> DictConfig:
     else:
         raise ConfigError(f"{run_dir}: neither spec.yaml nor telemetry.jsonl there. Give a run "
                           f"directory that mens wrote (outputs/<date>/<time>_*/).", key="rerun")
+    if isinstance(saved.get("logger"), str):   # an earlier mens: `logger: wandb`, a plain key
+        saved.logger = {"kind": saved.logger}
     for key, why in RETIRED.items():
         section, _, leaf = key.rpartition(".")
         node = OmegaConf.select(saved, section, default=None)

@@ -12,21 +12,31 @@ def collateral_spoke(name: str) -> str:
     return names[(names.index(name) + 1) % len(names)]
 
 
-def eval_loss(model, examples, micro: int, seq_len: int) -> dict:
-    """Token-weighted mean NLL over supervised tokens (one record per row, no packing)."""
+EVAL_MICRO = 4   # held-out records per forward pass
+
+
+def eval_chunks(examples, micro: int) -> list:
+    """Longest first, so each batch pads to lengths alike (unsorted: ~40 % of slots were
+    padding); the validation loop (module.MensData.val_dataloader) batches the same way."""
+    examples = sorted(examples, key=len, reverse=True)
+    return [examples[i:i + micro] for i in range(0, len(examples), micro)]
+
+
+def eval_loss(model, examples, micro: int, seq_len: int, desc: str | None = None) -> dict:
+    """Token-weighted mean NLL over supervised tokens (one record per row, no packing).
+    desc: a progress bar's label (none without one)."""
     import torch
+    from tqdm.auto import tqdm
 
     from mens.data.pack import IGNORE, pad_batch
     from mens.model.load import eval_mode
 
     device = next(model.parameters()).device
     total, count = 0.0, 0
-    # longest first, so each batch pads to lengths alike (unsorted: ~40 % of slots were padding)
-    examples = sorted(examples, key=len, reverse=True)
+    chunks = eval_chunks(examples, micro)
     eval_mode(model)
     with torch.no_grad():
-        for i in range(0, len(examples), micro):
-            chunk = examples[i:i + micro]
+        for chunk in tqdm(chunks, desc=desc, disable=desc is None, leave=False, unit="batch"):
             batch = pad_batch(chunk, min(seq_len, max(len(e) for e in chunk)))
             batch = {k: v.to(device) for k, v in batch.items()}
             labels = batch.pop("labels")
@@ -61,7 +71,8 @@ def evaluate(model, sets: dict, tel, which: str) -> dict:
     """Score every set; one EVAL telemetry row each. which: base | adapter."""
     res = {}
     for role, (name, exs) in sets.items():
-        r = eval_loss(model, exs, 4, max(len(e) for e in exs))
+        r = eval_loss(model, exs, EVAL_MICRO, max(len(e) for e in exs),
+                      desc=f"eval {which} · {role} ({name})")
         tel.emit("EVAL", model=which, split=role, spoke=name, **r)
         res[role] = {"spoke": name, **r}
     return res

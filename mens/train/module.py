@@ -73,9 +73,11 @@ def epoch_items(examples: dict, records: list, spec, epoch: int, pairs: bool):
 
 
 class MensData(L.LightningDataModule):
-    def __init__(self, spec, examples: dict, records: list, pairs: bool, mask_dtype):
+    def __init__(self, spec, examples: dict, records: list, pairs: bool, mask_dtype,
+                 eval_sets: dict | None = None):
         super().__init__()
         self.spec, self.examples, self.records, self.pairs = spec, examples, records, pairs
+        self.eval_sets = eval_sets or {}     # {role: (spoke, [Example])}: the validation loop's
         self.mask_dtype, self.position = mask_dtype, Position()
         self.epochs = [epoch_items(examples, records, spec, e, pairs)
                        for e in range(spec.curriculum.epochs)]
@@ -100,6 +102,15 @@ class MensData(L.LightningDataModule):
             self.position.epoch, self.position.done = epoch, 0
         items = self.epochs[min(epoch, len(self.epochs) - 1)]
         return ResumableLoader(items, self.spec.train.micro_batch, self.collate, self.position)
+
+    def val_dataloader(self):
+        """One loader per held-out set (eval, collateral), batched as evaluate.eval_loss
+        batches them (longest first, 4 a batch), so its numbers are the same."""
+        from mens.train.evaluate import EVAL_MICRO, eval_chunks
+
+        return [torch.utils.data.DataLoader(eval_chunks(exs, EVAL_MICRO), batch_size=None,
+                                            collate_fn=lambda c: pad_batch(c, max(map(len, c))))
+                for _, exs in self.eval_sets.values()]
 
     def steps_per_epoch(self) -> list[int]:
         t = self.spec.train
@@ -168,7 +179,8 @@ class MensModule(L.LightningModule):
         self.ref_logps = ref_logps          # (n_pairs, 2): chosen, rejected — dpo only
         self.strict_loading = False         # checkpoints hold trainable weights only
         self.last = {}
-        self.counts = {"real": 0, "valid": 0}   # tokens since the last TRAIN_STEP row
+        self.counts = {"real": 0, "valid": 0, "slots": 0}   # tokens since the last TRAIN_STEP row
+        self.val_sums: dict[int, list[float]] = {}   # loader index → [summed NLL, tokens]
 
     def configure_model(self):
         if self.model is None:
@@ -178,6 +190,7 @@ class MensModule(L.LightningModule):
         self.position.done += 1
         self.counts["real"] += int(batch.pop("real_tokens"))
         self.counts["valid"] += int((batch["labels"] != IGNORE).sum())
+        self.counts["slots"] += batch["input_ids"].numel()
         if self.ref_logps is not None:
             loss = self.dpo_loss(batch)
         else:
@@ -187,8 +200,24 @@ class MensModule(L.LightningModule):
                             f"(epoch {self.current_epoch}): training stopped. Lower "
                             f"lane.optimizer.lr (or raise warmup) or check the data.")
         self.last["loss"] = loss.detach()
-        self.log("train/loss", loss, prog_bar=True)
+        # the progress bar's; the loggers get every TRAIN_STEP number (trainer.StepTelemetry)
+        self.log("train/loss", loss, prog_bar=True, logger=False)
         return loss
+
+    def validation_step(self, batch, batch_idx, dataloader_idx: int = 0):
+        """Summed NLL and token count of one held-out batch (trainer.HeldOutEval averages)."""
+        labels = batch.pop("labels")
+        logits = self.model(**batch).logits[:, :-1].float()                  # (B, S-1, V)
+        target = labels[:, 1:]                                              # (B, S-1)
+        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), target.reshape(-1),
+                               ignore_index=IGNORE, reduction="sum")
+        sums = self.val_sums.setdefault(dataloader_idx, [0.0, 0])
+        sums[0] += loss.item()
+        sums[1] += int((target != IGNORE).sum())
+
+    def on_validation_model_eval(self):
+        from mens.model.load import eval_mode
+        eval_mode(self)   # keeps bitsandbytes 4-bit layers in train mode (see eval_mode)
 
     def dpo_loss(self, batch) -> torch.Tensor:
         idx = batch.pop("pair_index")
@@ -210,9 +239,6 @@ class MensModule(L.LightningModule):
                           "rewards/rejected": (beta * rejected).mean().detach(),
                           "rewards/margins": margin.mean().detach(),
                           "rewards/accuracies": (margin > 0).float().mean().detach()})
-        for k, v in self.last.items():
-            if k.startswith("rewards/"):
-                self.log(f"train/{k}", v)
         return dpo_losses(chosen, rejected, beta, loss_type).mean()
 
     def configure_optimizers(self):

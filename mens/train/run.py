@@ -29,7 +29,8 @@ class RunHooks:
 
 
 def train_run(spec, plan, out_dir: Path, resume: bool = False,
-              hooks: RunHooks | None = None) -> dict:
+              hooks: RunHooks | None = None, job_type: str = "train") -> dict:
+    """job_type: what the wandb run is (train; calibrate for mens.calibrate's measured runs)."""
     import lightning as L
     import torch
 
@@ -41,10 +42,11 @@ def train_run(spec, plan, out_dir: Path, resume: bool = False,
     from mens.train.evaluate import base_from_telemetry, eval_sets, evaluate, evaluate_base
     from mens.train.meter import meter_for
     from mens.train.module import MensData, MensModule, reference_logps
-    from mens.train.trainer import build_trainer, close_loggers, quiet_libraries
+    from mens.train.loggers import close_loggers, log_weights
+    from mens.train.trainer import build_trainer, log_eval, quiet_libraries
 
     hooks = hooks or RunHooks()
-    quiet_libraries()
+    quiet_libraries(spec)
     run = RunDir(out_dir)
     tel = Telemetry(run.telemetry)
     notes = list(spec.notes)
@@ -89,7 +91,8 @@ def train_run(spec, plan, out_dir: Path, resume: bool = False,
             hooks.before_base()
     model, _ = load_model(spec, notes, before_base=before_base, tokenizer=tokenizer)
     trainable, total = trainable_count(model)
-    data = MensData(spec, examples, records, pairs, mask_dtype_for(model.config))
+    data = MensData(spec, examples, records, pairs, mask_dtype_for(model.config),
+                    eval_sets=sets if spec.train.eval_every else None)
     counts = epoch_counts(records, list(spec.curriculum.caps), phases)
     for e, c in enumerate(counts):
         extra = {} if pairs or not spec.train.packing else packing_stats(data.epochs[e])
@@ -99,7 +102,8 @@ def train_run(spec, plan, out_dir: Path, resume: bool = False,
     ref = reference_logps(model, list(examples.values()), spec) if pairs else None
     module = MensModule(model, spec, data.position, data.planned_steps(), ref)
     trainer, _ = build_trainer(spec, plan, run.path, tel, data, trainable,
-                               extra_callbacks=hooks.callbacks)
+                               extra_callbacks=hooks.callbacks, job_type=job_type,
+                               eval_sets=sets)
     last = run.last_checkpoint
     t0 = time.time()
     meter.start()                          # loading and the base evaluation stay outside
@@ -123,26 +127,29 @@ def train_run(spec, plan, out_dir: Path, resume: bool = False,
         raise
     duration = time.time() - t0
     train_peak = meter.safe_read()
-    _save_outputs(model, tokenizer, spec, run)
+    saved = _save_outputs(model, tokenizer, spec, run)
     after = evaluate(model, sets, tel, "adapter")
+    log_eval(trainer, after)
     if base_eval is None:   # resumed: the base numbers are in the first run's EVAL rows
         base_eval = base_from_telemetry(run.telemetry_rows("EVAL"))
     summary = _summary(spec, plan, base_eval, after, trainer, duration, trainable, total,
                        train_peak, meter.kind)
     tel.emit("TRAIN_COMPLETE", **summary)
+    log_weights(trainer, saved, spec)
     close_loggers(trainer, summary)
     tel.close()
     run.write_json(RunDir.SUMMARY, summary)
     return summary
 
 
-def _save_outputs(model, tokenizer, spec, run: RunDir) -> None:
+def _save_outputs(model, tokenizer, spec, run: RunDir) -> Path:
     """adapter/ (PEFT) or model/ (full), written to a temp dir and renamed into place."""
     def save(tmp: Path) -> None:
         model.save_pretrained(str(tmp), safe_serialization=True)
         if spec.lane.kind == "full":
             tokenizer.save_pretrained(str(tmp))
-    run.save_dir(RunDir.MODEL if spec.lane.kind == "full" else RunDir.ADAPTER, save)
+    which = RunDir.MODEL if spec.lane.kind == "full" else RunDir.ADAPTER
+    return run.save_dir(which, save)
 
 
 def _summary(spec, plan, base, after, trainer, duration, trainable, total, train_peak,

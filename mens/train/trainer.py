@@ -1,5 +1,7 @@
 """The Lightning Trainer a RunSpec asks for: precision, device, accumulation, clipping,
-checkpoints (atomic, with the loader position), telemetry rows, wandb (offline) / csv / none.
+checkpoints (atomic, with the loader position), telemetry rows and the same numbers to every
+logger (mens.train.loggers: wandb, csv, tensorboard or none), held-out evaluation every
+`train.eval_every` steps through Lightning's validation loop.
 """
 from __future__ import annotations
 
@@ -10,18 +12,40 @@ import lightning as L
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint, TQDMProgressBar
 
 from mens.rundir import RunDir
+from mens.train.loggers import close_loggers, make_loggers, sweep_group  # noqa: F401 (API)
 from mens.train.telemetry import resource_readings
 
 LIGHTNING_PRECISION = {"bf16": "bf16-mixed", "fp16": "16-mixed", "fp32": "32-true"}
 
 
+# TRAIN_STEP field → the metric name every logger gets (x-axis: the optimizer step)
+METRICS = {"loss": "train/loss", "learning_rate": "train/lr", "grad_norm": "train/grad_norm",
+           "tokens_per_sec": "perf/tokens_per_sec", "real_tokens": "perf/real_tokens",
+           "valid_tokens": "perf/supervised_tokens", "padding_pct": "perf/padding_pct",
+           "eta_seconds_remaining": "perf/eta_s", "steps_per_sec_ema": "perf/steps_per_sec",
+           "peak_mem_mb": "mem/peak_mb", "rss_mb": "mem/rss_mb",
+           "gpu_vram_used_mb": "mem/gpu_vram_used_mb", "planned_peak_mb": "mem/planned_peak_mb",
+           "cpu_util_pct": "perf/cpu_util_pct", "gpu_util_pct": "perf/gpu_util_pct"}
+
+
 class StepTelemetry(Callback):
-    """One TRAIN_STEP row per optimizer step."""
-    def __init__(self, tel, data, planned_steps: int, backend: str):
+    """One TRAIN_STEP row per optimizer step, and its numbers to every logger (METRICS)."""
+    def __init__(self, tel, data, planned_steps: int, backend: str, planned_peak_bytes=None):
         self.tel, self.data, self.planned, self.backend = tel, data, planned_steps, backend
+        self.planned_peak_mb = (round(planned_peak_bytes / 2**20, 1)
+                                if planned_peak_bytes else None)
         self.t_last = time.time()
         self.ema = None
         self.step_seen = -1
+        self.grad_norm = None
+
+    def on_before_optimizer_step(self, trainer, module, optimizer):
+        # the total 2-norm of the gradients, unscaled and before clipping (Lightning's helper)
+        from lightning.pytorch.utilities import grad_norm
+
+        norms = grad_norm(module, norm_type=2)
+        total = norms.get("grad_2.0_norm_total")
+        self.grad_norm = float(total) if total is not None else None
 
     def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
         step = trainer.global_step
@@ -32,20 +56,65 @@ class StepTelemetry(Callback):
         dt, self.t_last = now - self.t_last, now
         rate = 1.0 / dt if dt > 0 else None
         self.ema = rate if self.ema is None else 0.9 * self.ema + 0.1 * rate
-        real, valid = module.counts["real"], module.counts["valid"]
-        module.counts = {"real": 0, "valid": 0}
+        real, valid, slots = (module.counts[k] for k in ("real", "valid", "slots"))
+        module.counts = {"real": 0, "valid": 0, "slots": 0}
         remaining = max(self.planned - step, 0)
         row = {"epoch": trainer.current_epoch, "step": step,
                "loss": float(module.last.get("loss", float("nan"))),
                "learning_rate": trainer.optimizers[0].param_groups[0]["lr"],
+               "grad_norm": self.grad_norm,
                "tokens_per_sec": real / dt if dt > 0 else None, "valid_tokens": valid,
+               "real_tokens": real,
+               "padding_pct": 100.0 * (slots - real) / slots if slots else None,
                "supervised_ratio_pct": 100.0 * valid / real if real else None,
+               "planned_peak_mb": self.planned_peak_mb,
                "planned_steps_total": self.planned,
                "eta_seconds_remaining": remaining / self.ema if self.ema else None,
                "progress_fraction": step / self.planned if self.planned else None,
                "steps_per_sec_ema": self.ema, **resource_readings(self.backend)}
         row.update({k: float(v) for k, v in module.last.items() if k != "loss"})
         self.tel.emit("TRAIN_STEP", **row)
+        metrics = {METRICS[k]: v for k, v in row.items() if k in METRICS and v is not None}
+        metrics.update({f"train/{k}": v for k, v in row.items() if k.startswith("rewards/")})
+        for logger in trainer.loggers:
+            logger.log_metrics(metrics, step=step)
+
+
+class HeldOutEval(Callback):
+    """The validation loop's result: token-weighted held-out losses (eval, collateral) as an
+    EVAL telemetry row each (model "training", with the step) and eval/… metrics."""
+    def __init__(self, tel, sets: dict):
+        self.tel, self.roles = tel, [(role, name) for role, (name, _) in sets.items()]
+
+    def on_validation_epoch_start(self, trainer, module):
+        module.val_sums = {}
+
+    def on_validation_epoch_end(self, trainer, module):
+        if trainer.sanity_checking:
+            return
+        metrics = {}
+        for i, (role, name) in enumerate(self.roles):
+            total, tokens = module.val_sums.get(i, (0.0, 0))
+            loss = total / max(tokens, 1)
+            self.tel.emit("EVAL", model="training", step=trainer.global_step, split=role,
+                          spoke=name, loss=loss, tokens=tokens)
+            metrics[eval_metric(role)] = loss
+        module.log("eval/loss", metrics.get("eval/loss", float("nan")), prog_bar=True,
+                   logger=False)
+        for logger in trainer.loggers:
+            logger.log_metrics(metrics, step=trainer.global_step)
+
+
+def eval_metric(role: str) -> str:
+    """eval → eval/loss, collateral → eval/collateral_loss."""
+    return "eval/loss" if role == "eval" else f"eval/{role}_loss"
+
+
+def log_eval(trainer, result: dict) -> None:
+    """The final held-out numbers (evaluate.evaluate's result) as eval/… at the last step."""
+    metrics = {eval_metric(role): r["loss"] for role, r in result.items()}
+    for logger in trainer.loggers:
+        logger.log_metrics(metrics, step=trainer.global_step)
 
 
 class MensCheckpoint(ModelCheckpoint):
@@ -73,83 +142,73 @@ class Interrupt(Callback):
                           path=str(self.path), reason="interrupted")
 
 
-def loggers(spec, out_dir: Path, plan):
-    kind = spec.logger
-    if kind == "none":
+class _No4bitKernel:
+    """bitsandbytes' "Failed to load CPU gemm_4bit_forward … pip install kernels" (logged when
+    it is imported): a lane without 4-bit weights never calls that kernel, so it is dropped;
+    on a 4-bit lane mens says what it means, once, in its own words."""
+    def __init__(self, four_bit: bool):
+        self.four_bit, self.said = four_bit, False
+
+    def filter(self, record) -> bool:
+        if "gemm_4bit" not in record.getMessage():
+            return True
+        if self.four_bit and not self.said:
+            import sys
+            self.said = True
+            print("mens: note: bitsandbytes' optional fast CPU 4-bit kernel is not installed "
+                  "(`pip install kernels`); 4-bit layers use its portable path", file=sys.stderr)
         return False
-    if kind == "csv":
-        from lightning.pytorch.loggers import CSVLogger
-        return CSVLogger(str(out_dir), name="csv", version="")
-    from lightning.pytorch.loggers import WandbLogger
-    import os
-    os.environ.setdefault("WANDB_MODE", "offline")   # no network needed; `wandb sync` later
-    os.environ.setdefault("WANDB_SILENT", "true")
-    tags = [f"hw:{spec.hw.name}", f"rung:{spec.rung.name}", f"spoke:{spec.spoke.name}",
-            f"lane:{spec.lane.kind}", f"curriculum:{spec.curriculum.name}"]
-    group = sweep_group()
-    logger = WandbLogger(project="mens", save_dir=str(out_dir), name=out_dir.name, tags=tags,
-                         group=group, config=spec.to_dict(), mode=os.environ["WANDB_MODE"])
-    logger.experiment.summary.update({"predicted_peak_bytes": plan.peak_bytes,
-                                      "plan_verdict": plan.verdict})
-    return logger
 
 
-def close_loggers(trainer, summary: dict | None = None, exit_code: int = 0) -> None:
-    """Final numbers into the wandb summary, then finish the run: in a Hydra sweep the jobs
-    share one process, and an unfinished wandb run would swallow the next job's logging."""
-    from lightning.pytorch.loggers import WandbLogger
-
-    for logger in trainer.loggers:
-        if isinstance(logger, WandbLogger):
-            if summary:
-                flat = {k: v for k, v in summary.items() if not isinstance(v, dict)}
-                flat.update({f"collateral/{k}": v for k, v in summary.get("collateral", {}).items()})
-                logger.experiment.summary.update(flat)
-            logger.experiment.finish(exit_code=exit_code)
-
-
-def sweep_group():
-    try:
-        from hydra.core.hydra_config import HydraConfig
-        hc = HydraConfig.get()
-        if str(hc.mode) == "RunMode.MULTIRUN":   # outputs/multirun/<date>/<time> → <date>_<time>
-            sweep = Path(hc.sweep.dir)
-            return f"{sweep.parent.name}_{sweep.name}"
-    except Exception:   # not under Hydra (tests calling train_run directly)
-        pass
-    return None
-
-
-def quiet_libraries() -> None:
+def quiet_libraries(spec=None) -> None:
     """Lightning's INFO banners (device list, a product tip) and two third-party deprecation
     warnings about the libraries' own internals say nothing about this run; mens prints its
-    plan and progress instead. Warnings about the run itself still show."""
+    plan and progress instead. bitsandbytes' missing CPU 4-bit kernel: said only on a 4-bit
+    lane (_No4bitKernel). Warnings about the run itself still show."""
     import logging
     import warnings
 
     logging.getLogger("lightning.pytorch.utilities.rank_zero").setLevel(logging.WARNING)
+    bnb = logging.getLogger("bitsandbytes.backends.cpu.ops")
+    for f in [f for f in bnb.filters if isinstance(f, _No4bitKernel)]:
+        bnb.removeFilter(f)
+    bnb.addFilter(_No4bitKernel(spec is not None and spec.lane.kind == "qlora"))
     warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\).*")
     warnings.filterwarnings("ignore", message=r".*is_gradient_checkpointing.*is deprecated.*")
 
 
 def build_trainer(spec, plan, out_dir: Path, tel, data, trainable: int,
-                  extra_callbacks: list | None = None):
+                  extra_callbacks: list | None = None, job_type: str = "train",
+                  eval_sets: dict | None = None):
     """extra_callbacks go first (mens.train.run.RunHooks): their batch-end runs before any
-    checkpoint is written at that step."""
+    checkpoint is written at that step. With train.eval_every > 0 the validation loop scores
+    the held-out sets every that many optimizer steps (Lightning counts batches, hence the
+    grad_accum factor)."""
     planned = data.planned_steps()
     run = RunDir(out_dir)
     ckpt = MensCheckpoint(tel, dirpath=str(run.checkpoints), filename="step{step:06d}",
                           every_n_train_steps=spec.train.checkpoint_every, save_last=True,
                           save_top_k=1, monitor="step", mode="max", auto_insert_metric_name=False)
-    callbacks = [*(extra_callbacks or []), StepTelemetry(tel, data, planned, spec.hw.backend),
+    callbacks = [*(extra_callbacks or []), StepTelemetry(tel, data, planned, spec.hw.backend, plan.peak_bytes),
                  ckpt, Interrupt(tel, run.last_checkpoint), TQDMProgressBar()]
+    if spec.train.eval_every and eval_sets:
+        callbacks.insert(len(extra_callbacks or []) + 1, HeldOutEval(tel, eval_sets))
     trainer = L.Trainer(
         accelerator=spec.hw.lightning.accelerator, devices=spec.hw.lightning.devices, strategy=spec.hw.lightning.strategy,
         precision=LIGHTNING_PRECISION[spec.lane.precision], max_epochs=spec.curriculum.epochs,
         max_steps=spec.train.max_steps, accumulate_grad_batches=spec.train.grad_accum,
         gradient_clip_val=spec.train.grad_clip or None, callbacks=callbacks,
-        logger=loggers(spec, out_dir, plan), log_every_n_steps=1, default_root_dir=str(out_dir),
-        reload_dataloaders_every_n_epochs=1, num_sanity_val_steps=0, limit_val_batches=0,
+        logger=make_loggers(spec, out_dir, plan, job_type), log_every_n_steps=1,
+        default_root_dir=str(out_dir), reload_dataloaders_every_n_epochs=1,
+        num_sanity_val_steps=0, **validation(spec),
         enable_model_summary=False, deterministic=False)
     trainer.mens_interrupted = False
     return trainer, ckpt
+
+
+def validation(spec) -> dict:
+    """The Trainer's validation settings: off, or every train.eval_every optimizer steps."""
+    every = spec.train.eval_every
+    if not every:
+        return {"limit_val_batches": 0}
+    return {"val_check_interval": every * spec.train.grad_accum, "check_val_every_n_epoch": None}

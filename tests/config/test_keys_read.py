@@ -373,9 +373,9 @@ def test_walk_covers_every_schema_class():
                      "DpoConfig", "OptimizerConfig", "TrainConfig", "PlanConfig", "ExportConfig",
                      "ServeConfig", "CompareConfig", "CalibrateConfig", "SpokeConfig",
                      "SourceConfig", "AdmissionConfig", "CurriculumConfig", "HeadroomPolicy",
-                     "LightningDefaults"}
+                     "LightningDefaults", "LoggerConfig"}
     keys = {k for k, *_ in LEAVES}
-    assert {"hw.headroom.frac", "spoke.sources[].weight", "lane.dpo.loss", "logger",
+    assert {"hw.headroom.frac", "spoke.sources[].weight", "lane.dpo.loss", "logger.kind",
             "hw.lightning.devices", "curriculum.caps"} <= keys
     assert len(source_files()) > 30 and all_reads()
 

@@ -73,6 +73,8 @@ BAD = [
     (["train.seed=-1"], "train.seed"),
     (["train.seed=4294967296"], "train.seed"),
     (["train.checkpoint_every=0"], "train.checkpoint_every"),
+    (["train.eval_every=-1"], "train.eval_every"),
+    (["logger=csv", "logger.kind=tensorbord"], "logger.kind"),
     (["train.eval_max_records=0"], "train.eval_max_records"),
     (["plan.uncalibrated_margin=-0.1"], "plan.uncalibrated_margin"),
     (["serve.port=-1"], "serve.port"),
