@@ -114,7 +114,8 @@ def _eval(slots, slot, sets) -> dict:
     out = {}
     with slots.activate(slot):
         for role, (name, exs) in sets.items():
-            out[role] = {"spoke": name, **eval_loss(slots.model, exs, 4, max(len(e) for e in exs))}
+            out[role] = {"spoke": name, **eval_loss(slots.model, exs, 4, max(len(e) for e in exs),
+                                                    desc=f"compare: eval {role} ({name})")}
     slots.model.eval()   # eval_loss leaves the model in train mode
     return out
 
@@ -146,7 +147,8 @@ def before_after(run: Path, n_prompts: int, max_tokens: int) -> dict:
     loss_base, loss_after = _eval(b_slots, b, sets), _eval(a_slots, a, sets)
     recs = [r for r in load_eval(spec.spoke) if "messages" in r][:n_prompts]
     rows = []
-    for r in recs:
+    from tqdm.auto import tqdm
+    for r in tqdm(recs, desc="compare: generate base and tuned", unit="prompt", leave=False):
         msgs = r["messages"]
         last_user = max(i for i, m in enumerate(msgs) if m["role"] == "user")
         prompt = b_slots.encode_chat(msgs[:last_user + 1])

@@ -68,6 +68,9 @@ def task(cfg: DictConfig, out_dir: Path) -> int:
     t0 = time.time()
     manifest = build(src, out, ex, types)
     print(f"mens: export done in {time.time() - t0:.1f} s · {out}")
+    from mens.train.loggers import log_export
+    if log_export(run, src["logger"], out, manifest["files"]):   # the training run's logger
+        print("  wandb: the GGUFs logged as an artifact (job_type export)")
     if ex.verify:
         from mens.export.verify import report_lines, verify_export
 
@@ -186,7 +189,7 @@ def _source(run: Path, cfg) -> dict:
                               key="run")
         return {"run": run, "lane": lane, "weights": model, "config_dir": model, "adapter": None,
                 "qlora": None, "notes": ["full lane: the trained weights are the merged model"],
-                "base": _base_identity(rc), "spoke": rc.spoke}
+                "base": _base_identity(rc), "spoke": rc.spoke, "logger": rc.logger}
     adapter_dir = RunDir(run).adapter
     if not adapter_dir.is_dir():
         raise ConfigError(f"{run} has no adapter/ (and no model/): only a finished LoRA, QLoRA or "
@@ -210,7 +213,7 @@ def _source(run: Path, cfg) -> dict:
     check_adapter(adapter, SafetensorsDir(base))     # before anything is written
     return {"run": run, "lane": lane, "weights": base, "config_dir": base,
             "adapter": adapter, "qlora": qlora, "notes": notes,
-            "base": _base_identity(rc), "spoke": rc.spoke}
+            "base": _base_identity(rc), "spoke": rc.spoke, "logger": rc.logger}
 
 
 def _base_identity(rc) -> dict:

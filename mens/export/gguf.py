@@ -151,8 +151,9 @@ def write_model_gguf(src, hf_dir: Path, out: Path, qtype: str, name: str) -> Pat
         w.write_header_to_file()
         w.write_kv_data_to_file()
         w.write_ti_data_to_file()
-        for n, _, _, t in plan:               # one tensor in memory at a time
-            w.write_tensor_data(_convert(src.get(n), t))
+        from tqdm.auto import tqdm
+        for n, _, _, t in tqdm(plan, desc=f"export {out.name}", unit="tensor", leave=False):
+            w.write_tensor_data(_convert(src.get(n), t))   # one tensor in memory at a time
         w.close()
     return out
 

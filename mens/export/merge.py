@@ -209,9 +209,10 @@ def _shard_groups(src) -> list[list[str]]:
 
 def _write_shards(src, groups, tmp: Path, config_dir: Path) -> int:
     from safetensors.torch import save_file
+    from tqdm.auto import tqdm
 
     total, weight_map = 0, {}
-    for i, names in enumerate(groups):
+    for i, names in enumerate(tqdm(groups, desc="merge", unit="shard", leave=False)):
         fname = "model.safetensors" if len(groups) == 1 else \
             f"model-{i + 1:05d}-of-{len(groups):05d}.safetensors"
         shard = {n: src.get(n).contiguous() for n in names}   # one shard in memory at a time

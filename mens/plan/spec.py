@@ -36,7 +36,7 @@ class RunSpec:
     curriculum: object
     train: object       # seq_len, micro_batch, grad_accum, global_batch resolved
     plan: object
-    logger: str
+    logger: object       # frozen LoggerConfig: kind (wandb|csv|tensorboard|none), project, entity
     detected: dict | None      # what hw=auto / device checks found (None: planned from elsewhere)
     budget_gb: float
     notes: tuple[str, ...]     # every place mens did something other than the spec said

@@ -281,10 +281,13 @@ class MensModule(L.LightningModule):
 def reference_logps(model, pairs: list, spec) -> torch.Tensor:
     """Log-probs of the initial policy on every pair, once: (n_pairs, 2)."""
     out = torch.zeros(len(pairs), 2)
+    from tqdm.auto import tqdm
+
     from mens.model.load import eval_mode
     eval_mode(model)
     with torch.no_grad():
-        for i in range(0, len(pairs), spec.train.micro_batch):
+        for i in tqdm(range(0, len(pairs), spec.train.micro_batch), desc="dpo reference pass",
+                      unit="batch", leave=False):
             chunk = pairs[i:i + spec.train.micro_batch]
             batch = pair_batch(chunk, spec.train.seq_len)
             idx = batch.pop("pair_index")

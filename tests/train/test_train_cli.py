@@ -10,6 +10,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from conftest import FAST_TRAIN
 from mens.resources import CORPORA
 from mens.train.telemetry import read
@@ -17,8 +19,9 @@ from mens.train.telemetry import read
 FAST = FAST_TRAIN
 
 
-def mens(*args, cwd: Path, timeout: int = 600) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
+def mens(*args, cwd: Path, timeout: int = 600, env: dict | None = None
+         ) -> subprocess.CompletedProcess:
+    env = {**{k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}, **(env or {})}
     return subprocess.run([sys.executable, "-m", "mens", *args], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=timeout)
 
@@ -111,11 +114,36 @@ def wandb_groups(run_dir: Path) -> set:
             for rec in wandb_records(f) if rec.WhichOneof("record_type") == "run"}
 
 
+def wandb_run(job: Path) -> dict:
+    """What one job's offline .wandb file holds: the run record, per-step history, the final
+    summary keys, artifacts."""
+    import json as _json
+
+    out = {"run": None, "history": [], "summary": set(), "artifacts": []}
+    for f in job.glob("wandb/offline-run-*/run-*.wandb"):
+        for rec in wandb_records(f):
+            kind = rec.WhichOneof("record_type")
+            if kind == "run":
+                out["run"] = rec.run
+            elif kind == "history":
+                out["history"].append({i.key or "/".join(i.nested_key): _json.loads(i.value_json)
+                                       for i in rec.history.item})
+            elif kind == "summary":
+                out["summary"] |= {i.key for i in rec.summary.update}
+            elif kind == "artifact":
+                out["artifacts"].append(rec.artifact)
+    return out
+
+
 def test_multirun_sweep_gives_each_job_a_run_dir_and_one_wandb_group(tmp_path):
+    """Issue #17's acceptance, shortened (the full one: test_acceptance_sweep, slow): each
+    job's wandb run holds per-step lr, tokens/s and memory, eval/loss points, a descriptive
+    name of its own, the sweep's group, job_type train, the spec as nested config and its
+    adapter as an artifact; WANDB_PROJECT names the project."""
     fast = [a for a in FAST if not a.startswith("logger=")] + ["train.eval_max_records=2"]
     res = mens("-m", "lane=lora,qlora", "spoke=vox_lang,mcp_tool_chain", *fast,
-               "logger=wandb", "train.max_steps=1", "train.seq_len=512", cwd=tmp_path,
-               timeout=900)
+               "logger=wandb", "train.max_steps=2", "train.eval_every=1", "train.seq_len=512",
+               cwd=tmp_path, timeout=900, env={"WANDB_PROJECT": "x"})
     assert res.returncode == 0, res.stdout + res.stderr
     jobs = sorted(p.parent for p in tmp_path.glob("outputs/multirun/*/*/*/summary.json"))
     assert len(jobs) == 4
@@ -125,12 +153,61 @@ def test_multirun_sweep_gives_each_job_a_run_dir_and_one_wandb_group(tmp_path):
         summary = json.loads((job / "summary.json").read_text())
         seen.add((summary["lane"], summary["spoke"]))
     assert seen == {(l, s) for l in ("lora", "qlora") for s in ("vox_lang", "mcp_tool_chain")}
-    groups = set().union(*(wandb_groups(j) for j in jobs))
-    for job in jobs:   # the run's final numbers reach wandb's summary, for the UI's run table
-        keys = {i.key for f in job.glob("wandb/offline-run-*/run-*.wandb")
-                for rec in wandb_records(f) if rec.WhichOneof("record_type") == "summary"
-                for i in rec.summary.update}
-        assert {"eval_loss_base", "eval_loss_adapter", "predicted_peak_bytes",
-                "measured_peak_bytes", "collateral/eval_loss_adapter"} <= keys
     sweep = jobs[0].parent   # outputs/multirun/<date>/<time>: one group, named after it
-    assert groups == {f"{sweep.parent.name}_{sweep.name}"}
+    assert set().union(*(wandb_groups(j) for j in jobs)) == {f"{sweep.parent.name}_{sweep.name}"}
+    check_wandb_runs(jobs, steps=2, evals=3, project="x")
+    # mens.export logs the GGUFs it writes as an artifact naming the adapter's (offline: in
+    # its metadata; wandb cannot use an artifact offline)
+    exp = subprocess.run([sys.executable, "-m", "mens.export", f"run={jobs[0]}",
+                          "export.gguf=[f16]", "export.merged=false", "export.base_gguf=null",
+                          "export.modelfile=false"], cwd=tmp_path, capture_output=True,
+                         text=True, timeout=600, env={**os.environ, "WANDB_PROJECT": "x"})
+    assert exp.returncode == 0, exp.stdout + exp.stderr
+    w = wandb_run(jobs[0] / "export")
+    assert w["run"].job_type == "export" and w["run"].project == "x"
+    [art] = w["artifacts"]
+    meta = json.loads(art.metadata)
+    assert art.type == "gguf" and {c.path for c in art.manifest.contents} == \
+        {"model-f16.gguf", "adapter.gguf"}
+    assert meta["source_artifact"] == wandb_run(jobs[0])["artifacts"][0].name
+
+
+def check_wandb_runs(jobs: list[Path], steps: int, evals: int, project: str) -> None:
+    names = set()
+    for job in jobs:
+        w = wandb_run(job)
+        run = w["run"]
+        assert run.project == project and run.job_type == "train"
+        summary = json.loads((job / "summary.json").read_text())
+        assert run.display_name.startswith(f"tiny-{summary['spoke']}-{summary['lane']}-")
+        names.add(run.display_name)
+        assert {"lane:" + summary["lane"], "rung:tiny", "hw:cpu"} <= set(run.tags)
+        config = {i.key: json.loads(i.value_json) for i in run.config.update}
+        assert config["lane"]["kind"] == summary["lane"]   # nested: wandb filters by lane.kind
+        assert isinstance(config["train"]["seq_len"], int)
+        per_step = [h for h in w["history"] if "train/lr" in h]
+        assert [h["trainer/global_step"] for h in per_step] == list(range(1, steps + 1))
+        for h in per_step:
+            assert {"train/loss", "perf/tokens_per_sec", "mem/peak_mb", "train/grad_norm",
+                    "mem/planned_peak_mb"} <= set(h), h
+        assert len([h for h in w["history"] if "eval/loss" in h]) == evals
+        # the run's final numbers reach wandb's summary, for the UI's run table
+        assert {"eval_loss_base", "eval_loss_adapter", "predicted_peak_bytes",
+                "measured_peak_bytes", "collateral/eval_loss_adapter"} <= w["summary"]
+        [art] = w["artifacts"]
+        assert art.name == f"adapter-{run.run_id}" and art.type == "adapter" and {"adapter_model.safetensors", "adapter_config.json"} \
+            <= {c.path for c in art.manifest.contents}
+    assert len(names) == len(jobs)
+
+
+@pytest.mark.slow
+def test_acceptance_sweep(tmp_path):
+    """`python -m mens -m lane=lora,qlora train.max_steps=12 train.eval_every=4`, wandb
+    offline, as the issue states it (on the fast CPU shape)."""
+    fast = [a for a in FAST if not a.startswith("logger=")]
+    res = mens("-m", "lane=lora,qlora", "train.max_steps=12", "train.eval_every=4", *fast,
+               cwd=tmp_path, timeout=1800, env={"WANDB_PROJECT": "mens"})
+    assert res.returncode == 0, res.stdout + res.stderr
+    jobs = sorted(p.parent for p in tmp_path.glob("outputs/multirun/*/*/*/summary.json"))
+    assert len(jobs) == 2 and len(set().union(*(wandb_groups(j) for j in jobs))) == 1
+    check_wandb_runs(jobs, steps=12, evals=4, project="mens")
