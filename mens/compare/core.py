@@ -136,6 +136,8 @@ def _kl_along(slots_a, slot_a, slots_b, slot_b, prompt: list[int], answer: list[
 
 
 def before_after(run: Path, n_prompts: int, max_tokens: int) -> dict:
+    from tqdm.auto import tqdm
+
     from mens.data.corpus import load_eval
     from mens.serve.generate import GenRequest, generate
     from mens.train.evaluate import eval_sets
@@ -147,7 +149,6 @@ def before_after(run: Path, n_prompts: int, max_tokens: int) -> dict:
     loss_base, loss_after = _eval(b_slots, b, sets), _eval(a_slots, a, sets)
     recs = [r for r in load_eval(spec.spoke) if "messages" in r][:n_prompts]
     rows = []
-    from tqdm.auto import tqdm
     for r in tqdm(recs, desc="compare: generate base and tuned", unit="prompt", leave=False):
         msgs = r["messages"]
         last_user = max(i for i, m in enumerate(msgs) if m["role"] == "user")

@@ -39,7 +39,8 @@ def test_lora_run_leaves_a_complete_run_dir(compile_run, tmp_path):
     assert [s["step"] for s in steps] == [1, 2, 3, 4, 5, 6]
     for key in ("loss", "learning_rate", "tokens_per_sec", "valid_tokens", "supervised_ratio_pct",
                 "planned_steps_total", "eta_seconds_remaining", "progress_fraction",
-                "steps_per_sec_ema", "peak_mem_mb", "cpu_util_pct", "sys_ram_used_mb"):
+                "steps_per_sec_ema", "peak_mem_mb", "cpu_util_pct", "sys_ram_used_mb",
+                "grad_norm", "real_tokens", "padding_pct", "planned_peak_mb"):
         assert steps[-1][key] is not None, key
     assert steps[-1]["gpu_util_pct"] is None and steps[-1]["gpu_vram_used_mb"] is None  # no GPU
     assert {"CHECKPOINT", "EVAL", "CURRICULUM", "DATA"} <= set(events)
@@ -70,6 +71,11 @@ def test_other_lanes_train(compile_run, tmp_path, lane, extra):
     if lane == "dpo":
         step = [r for r in read(tmp_path / "telemetry.jsonl") if r["event"] == "TRAIN_STEP"][-1]
         assert "rewards/margins" in step and "rewards/accuracies" in step
+        import csv   # and the logger (logger=csv here) has them under train/
+        with open(tmp_path / "csv" / "metrics.csv") as f:
+            header = next(csv.reader(f))
+        assert {"train/rewards/margins", "train/loss", "train/lr", "perf/tokens_per_sec"} \
+            <= set(header)
 
 
 def cli(*args, cwd):
