@@ -167,14 +167,17 @@ class TrainConfig:
     seed: int = 0
     init_adapter: Optional[str] = None   # start from this PEFT adapter (DPO after SFT)
     checkpoint_every: int = 50           # optimizer steps between checkpoints
-    eval_every: int = 0                  # optimizer steps between held-out evals in training (0: off)
+    eval_every: int = 0                  # steps between held-out evals in training (0: off)
     eval_max_records: Optional[int] = None   # score at most this many held-out records (null: all)
+
+
+DEFAULT_WANDB_PROJECT = "mens"   # logger.project when neither it nor $WANDB_PROJECT is set
 
 
 @dataclass
 class LoggerConfig:
     # the `logger` group: `logger=wandb|csv|tensorboard|none` (Lightning's own loggers)
-    kind: str = MISSING              # wandb (offline unless WANDB_MODE says) | csv | tensorboard | none
+    kind: str = MISSING              # wandb (offline unless $WANDB_MODE) | csv | tensorboard | none
     project: Optional[str] = None    # wandb project; null: $WANDB_PROJECT, else `mens`
     entity: Optional[str] = None     # wandb entity; null: $WANDB_ENTITY, else wandb's default
 

@@ -68,8 +68,9 @@ def task(cfg: DictConfig, out_dir: Path) -> int:
     t0 = time.time()
     manifest = build(src, out, ex, types)
     print(f"mens: export done in {time.time() - t0:.1f} s · {out}")
-    from mens.train.loggers import log_export
-    if log_export(run, src["logger"], out, manifest["files"]):   # the training run's logger
+    from mens.export.lineage import log_export
+    # the training run's logger: wandb there → the GGUFs as an artifact beside its adapter
+    if log_export(run, src["logger"], out, manifest["files"], src["lane"]):
         print("  wandb: the GGUFs logged as an artifact (job_type export)")
     if ex.verify:
         from mens.export.verify import report_lines, verify_export

@@ -189,7 +189,8 @@ def build_trainer(spec, plan, out_dir: Path, tel, data, trainable: int,
     ckpt = MensCheckpoint(tel, dirpath=str(run.checkpoints), filename="step{step:06d}",
                           every_n_train_steps=spec.train.checkpoint_every, save_last=True,
                           save_top_k=1, monitor="step", mode="max", auto_insert_metric_name=False)
-    callbacks = [*(extra_callbacks or []), StepTelemetry(tel, data, planned, spec.hw.backend, plan.peak_bytes),
+    callbacks = [*(extra_callbacks or []),
+                 StepTelemetry(tel, data, planned, spec.hw.backend, plan.peak_bytes),
                  ckpt, Interrupt(tel, run.last_checkpoint), TQDMProgressBar()]
     if spec.train.eval_every and eval_sets:
         callbacks.insert(len(extra_callbacks or []) + 1, HeldOutEval(tel, eval_sets))

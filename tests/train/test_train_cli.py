@@ -195,7 +195,8 @@ def check_wandb_runs(jobs: list[Path], steps: int, evals: int, project: str) -> 
         assert {"eval_loss_base", "eval_loss_adapter", "predicted_peak_bytes",
                 "measured_peak_bytes", "collateral/eval_loss_adapter"} <= w["summary"]
         [art] = w["artifacts"]
-        assert art.name == f"adapter-{run.run_id}" and art.type == "adapter" and {"adapter_model.safetensors", "adapter_config.json"} \
+        assert art.name == f"adapter-{run.run_id}" and art.type == "adapter"
+        assert {"adapter_model.safetensors", "adapter_config.json"} \
             <= {c.path for c in art.manifest.contents}
     assert len(names) == len(jobs)
 
