@@ -28,18 +28,17 @@ from mens.rundir import RunDir
 def task(cfg: DictConfig, out_dir: Path) -> int:
     from mens.rundir import atomic_write
 
+    from mens.compare.lineage import log_compare
+
     c = cfg.compare
-    if c.prompts <= 0 or c.max_tokens <= 0:
-        raise ConfigError("compare.prompts and compare.max_tokens must be positive.",
-                          key="compare.prompts")
     out = Path(c.out) if c.out else Path(out_dir)
     runs = find_runs(list(c.runs)) if c.runs else []
     if len(runs) >= 2:
         result = across(runs, out)
         md = across_md(result)
     elif cfg.run or runs:
-        run = Path(cfg.run) if cfg.run else runs[0]
-        result = before_after(run, c.prompts, c.max_tokens)
+        runs = [Path(cfg.run) if cfg.run else runs[0]]
+        result = before_after(runs[0], c.prompts, c.max_tokens)
         md = before_after_md(result)
     else:
         raise ConfigError("nothing to compare: give `run=<run dir>` (base vs its fine-tune) or "
@@ -47,6 +46,7 @@ def task(cfg: DictConfig, out_dir: Path) -> int:
                           key="compare.runs")
     atomic_write(out / "compare.json", json.dumps(result, indent=2))
     atomic_write(out / "compare.md", md)
+    log_compare(cfg.logger, runs, out, result)   # a wandb run of job_type eval (logger=wandb)
     print(md)
     print(f"mens: wrote {out / 'compare.md'} and compare.json"
           + (" and loss_curves.png" if "png" in result else ""))

@@ -8,6 +8,7 @@ import pytest
 
 from conftest import FAST_TRAIN
 from serve_util import adapter_copy
+from wandb_util import wandb_run
 
 
 @pytest.fixture(scope="module")
@@ -45,6 +46,11 @@ def test_before_after_lora(mens_cli, tmp_path, tiny_run):
     assert res["mean_kl_tuned_base"] > 0
     md = (out / "compare.md").read_text()
     assert "share of prompts whose greedy output differs" in md and md in r.stdout
+    # the comparison is a wandb run of job_type eval (offline here) holding its numbers
+    w = wandb_run(out)
+    assert w["run"].job_type == "eval" and w["run"].display_name == f"compare-{tiny_run.name}"
+    assert {"eval_loss_base", "eval_loss_tuned", "share_outputs_differ",
+            "collateral/eval_loss_tuned"} <= w["summary"]
     print(f"\nbefore/after (lora): loss {res['eval_loss_base']:.4f} → {res['eval_loss_tuned']:.4f}, "
           f"differ {res['share_outputs_differ']:.2f}, KL {res['mean_kl_tuned_base']:.4f}, "
           f"agreement {res['mean_token_agreement']:.3f}")
@@ -53,7 +59,7 @@ def test_before_after_lora(mens_cli, tmp_path, tiny_run):
 def test_before_after_zeroed_adapter_is_identical(mens_cli, tmp_path, tiny_run):
     zero = adapter_copy(tiny_run, tmp_path / "zero", 0.0)
     _, _, res = _compare(mens_cli, tmp_path, f"run={zero}", "compare.prompts=3",
-                         "compare.max_tokens=12")
+                         "compare.max_tokens=12", "logger=none")
     assert res["eval_loss_tuned"] == res["eval_loss_base"]
     assert res["share_outputs_differ"] == 0 and res["mean_token_agreement"] == 1
     assert res["mean_first_divergence"] is None
@@ -85,6 +91,9 @@ def test_across_runs_table_and_png(mens_cli, tmp_path, tiny_run, full_run):
     assert "| lane | lora | full |" in r.stdout and "| lane.kind | lora | full |" in r.stdout
     png = matplotlib.image.imread(out / "loss_curves.png")
     assert png.shape[0] > 100 and png.shape[1] > 100
+    w = wandb_run(out)      # the runs side by side as a wandb table, in a run of job_type eval
+    [table] = [h for h in w["history"] if h.get("compare/runs/_type") == "table-file"]
+    assert w["run"].job_type == "eval" and table["compare/runs/nrows"] == 2
 
 
 def test_nothing_to_compare_is_a_config_error(mens_cli, tmp_path):

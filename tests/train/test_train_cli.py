@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from conftest import FAST_TRAIN
+from wandb_util import wandb_groups, wandb_run
 from mens.resources import CORPORA
 from mens.train.telemetry import read
 
@@ -83,56 +84,6 @@ def test_ctrl_c_checkpoints_exits_130_and_resumes(tmp_path):
     # read 395–433 MiB here against a 413 MiB predicted peak, 386 MiB raw.)
     raw = json.loads((run / "plan.json").read_text())["raw_bytes"]
     assert abs(summary["measured_peak_bytes"] - raw) <= 64 * 2**20, (summary, raw)
-
-
-def wandb_records(path: Path):
-    """The protobuf Records of an offline `.wandb` file. The file is a LevelDB log (a 7-byte
-    `:W&B` header, then 32 KiB blocks of [crc32 u32, length u16, type u8, data] chunks; type
-    1 = a whole record, 2/3/4 = first/middle/last piece). wandb ≥0.2x reads it only in its Go
-    core, so the framing is read here; the records are parsed with wandb's own protobuf."""
-    import struct
-
-    from wandb.proto import wandb_internal_pb2
-
-    data, pos, buf = path.read_bytes(), 7, b""
-    assert data[:4] == b":W&B", path
-    while pos + 7 <= len(data):
-        if 32768 - pos % 32768 < 7:          # a block's tail too short for a header: padding
-            pos += 32768 - pos % 32768
-            continue
-        _crc, n, kind = struct.unpack("<IHB", data[pos:pos + 7])
-        buf, pos = buf + data[pos + 7:pos + 7 + n], pos + 7 + n
-        if kind in (1, 4) and buf:
-            rec = wandb_internal_pb2.Record()
-            rec.ParseFromString(buf)
-            yield rec
-            buf = b""
-
-
-def wandb_groups(run_dir: Path) -> set:
-    return {rec.run.run_group for f in run_dir.glob("wandb/offline-run-*/run-*.wandb")
-            for rec in wandb_records(f) if rec.WhichOneof("record_type") == "run"}
-
-
-def wandb_run(job: Path) -> dict:
-    """What one job's offline .wandb file holds: the run record, per-step history, the final
-    summary keys, artifacts."""
-    import json as _json
-
-    out = {"run": None, "history": [], "summary": set(), "artifacts": []}
-    for f in job.glob("wandb/offline-run-*/run-*.wandb"):
-        for rec in wandb_records(f):
-            kind = rec.WhichOneof("record_type")
-            if kind == "run":
-                out["run"] = rec.run
-            elif kind == "history":
-                out["history"].append({i.key or "/".join(i.nested_key): _json.loads(i.value_json)
-                                       for i in rec.history.item})
-            elif kind == "summary":
-                out["summary"] |= {i.key for i in rec.summary.update}
-            elif kind == "artifact":
-                out["artifacts"].append(rec.artifact)
-    return out
 
 
 def test_multirun_sweep_gives_each_job_a_run_dir_and_one_wandb_group(tmp_path):
