@@ -24,7 +24,6 @@ DATA_DIR = CORPORA   # each spoke's lengths.json (the length manifest) lives her
 SECTIONS = ("hw", "rung", "spoke", "lane", "curriculum", "train", "plan", "logger")
 LADDER = ["tiny", "0.6b", "1.7b", "4b", "8b", "14b", "32b"]
 PRECISION_OF = {"bf16-mixed": "bf16", "bf16-true": "bf16", "16-mixed": "fp16", "32-true": "fp32"}
-LIGHTNING_OF = {"bf16": "bf16-mixed", "fp16": "16-mixed", "fp32": "32-true"}
 
 
 @dataclass(frozen=True)
@@ -126,7 +125,7 @@ def compile_run(cfg: DictConfig, purpose: str = "plan") -> tuple[RunSpec, Plan]:
     if lane.kind in ("lora", "qlora", "dpo") and not lane.lora:
         raise ConfigError(f"lane {lane.name} (kind {lane.kind}) needs a `lora:` section.",
                           key="lane.lora")
-    wanted = PRECISION_OF.get(cfg.hw.lightning.precision, "fp32") \
+    wanted = PRECISION_OF[cfg.hw.lightning.precision] \
         if lane.precision == schema.AUTO else lane.precision
     precision = wanted
     if wanted == "bf16" and not cfg.hw.bf16:

@@ -12,7 +12,7 @@ import lightning as L
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint, TQDMProgressBar
 
 from mens.rundir import RunDir
-from mens.train.loggers import close_loggers, make_loggers, sweep_group  # noqa: F401 (API)
+from mens.train.loggers import make_loggers
 from mens.train.telemetry import resource_readings
 
 LIGHTNING_PRECISION = {"bf16": "bf16-mixed", "fp16": "16-mixed", "fp32": "32-true"}

@@ -42,7 +42,7 @@ def test_child_runs_in_the_sweeps_wandb_group():
     from hydra.core.hydra_config import HydraConfig
 
     from mens.calibrate.measure import set_hydra_job
-    from mens.train.trainer import sweep_group
+    from mens.train.loggers import sweep_group
     try:
         set_hydra_job({"mode": "MULTIRUN", "sweep_dir": "outputs/calibration/run7/calib_cpu",
                        "run_dir": "outputs/calibration/run7/calib_cpu/3"})
