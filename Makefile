@@ -16,6 +16,8 @@ TORCH_INDEX ?=
 # that do not grant AMX tile state (seen on this project's machines): a portable AVX2 build.
 LLAMA_CMAKE_ARGS ?= -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON
 STAMP := $(VENV)/.mens-installed
+SKY_VENV ?= .venv-sky
+SKY_VERSION ?= 0.14.1
 ARGS ?=
 
 .PHONY: help install run plan test test-full bench clean export serve compare demo
@@ -31,6 +33,12 @@ $(STAMP): pyproject.toml Makefile
 	@$(PY) -c "import torch" 2>/dev/null || \
 	  $(PIP) install -q torch==$(TORCH_VERSION) $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
 	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(PIP) install -q -e '.[dev]'
+	@# SkyPilot (mens[cloud]) pins click<8.2, which huggingface_hub and wandb outgrew: the tests
+	@# parse `mens cloud launch`'s YAML with SkyPilot's own parser in a venv of its own
+	@test -x $(SKY_VENV)/bin/python || $(PYTHON) -m venv $(SKY_VENV)
+	@$(SKY_VENV)/bin/python -c "import sky" 2>/dev/null || \
+	  $(SKY_VENV)/bin/pip install -q skypilot==$(SKY_VERSION) > $(SKY_VENV)/install.log 2>&1 || \
+	  (tail -5 $(SKY_VENV)/install.log; echo "make: SkyPilot did not install: the sky.yaml tests will skip (saying so)")
 	@touch $(STAMP)
 
 run: install ## the main job: compile, plan and train the embedded tiny default (ARGS=overrides)

@@ -41,7 +41,7 @@ class RunFailed(MensError):
 
 
 class Interrupted(MensError):
-    """Ctrl-C during training, after the checkpoint was saved (exit 130)."""
+    """Ctrl-C (exit 130): in training, after the checkpoint was saved."""
     code = EXIT_INTERRUPTED
 
 

@@ -6,7 +6,8 @@ of an `if TYPE_CHECKING:` block is skipped (it never runs). The rules:
 
 1. Config and planning stay light: mens.config.*, mens.plan.*, mens.errors, mens.rundir and
    mens.resources import none of HEAVY (torch, transformers, ...), not even in a function, except
-   the device probe mens.plan.detect, which may import torch lazily. Transitively too: no light
+   the device probe mens.plan.detect, which may import torch lazily, and mens.data.sources,
+   which may import `datasets` lazily (for `data=hf`; it imports no torch). Transitively too: no light
    module imports a mens module that loads HEAVY at any depth (importing mens.a.b also runs
    mens/__init__.py and mens/a/__init__.py, so those count).
 2. Nothing outside mens/cli/ imports mens.cli (the shell), but the entry shims: files named
@@ -32,7 +33,9 @@ PKG, ROOT = "mens", Path(__file__).resolve().parent.parent
 HEAVY = {"torch", "transformers", "lightning", "peft", "bitsandbytes", "safetensors",
          "accelerate", "datasets"}
 LIGHT = ("mens.config", "mens.plan", "mens.errors", "mens.rundir", "mens.resources")
-PROBE, PROBE_MAY_IMPORT = "mens.plan.detect", {"torch"}
+# Lazy imports a light module's chain may make, and why: the device probe may import torch;
+# `data=hf` must read the dataset before planning (`datasets` imports no torch/transformers).
+PROBES = {"mens.plan.detect": {"torch"}, "mens.data.sources": {"datasets"}}
 
 
 @dataclass(frozen=True)
@@ -152,7 +155,7 @@ def _internal(g: Graph, mod: str):
 def _heavy(mod: str, imp: Imp) -> str | None:
     top = imp.target.split(".")[0]
     return top if top in HEAVY and not (
-        mod == PROBE and imp.lazy and top in PROBE_MAY_IMPORT) else None
+        imp.lazy and top in PROBES.get(mod, ())) else None
 
 
 def _heavy_hit(why: dict[str, str], mod: str, dep: str) -> str | None:

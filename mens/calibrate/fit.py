@@ -19,6 +19,11 @@ The cell's uncertainty comes from leave-one-out errors, not in-sample residuals,
 below 2σ of repeated measurements of one shape (the allocator's own run-to-run noise); each
 term's stated uncertainty (3 standard errors) likewise uses a residual variance no smaller
 than that noise, so a re-run of the sweep re-derives coefficients inside it.
+Records of several processes (world_size > 1: one device's peak, the largest rank's) fit cells
+of their own, backend/lane/ckpt/precision/strategy, with one more term, `communication`. A term
+that such records cannot vary (params and communication when every record is one rung) is held:
+params at the one-device cell's coefficient (fitted from these records or in the contract),
+communication at 1 — the overhead takes the rest; said in the cell's `fixed`.
 Only `ok` records of role `fit` enter a fit; every other record is
 listed with the reason it was left out. A cell whose records cannot determine its coefficients
 is refused, by name, with what is missing.
@@ -30,9 +35,11 @@ import json
 
 import numpy as np
 
-from mens.calibrate.records import (BIG, TERMS, MiB, collect, predicted_raw,  # noqa: F401
-                                record_components, resolve, term_columns, why_excluded)
-from mens.plan.memory import model_digest, with_uncertainty
+from mens.calibrate.records import (BIG, MULTI_TERMS, TERMS, MiB, collect,  # noqa: F401
+                                    one_device_key, other_paths, predicted_raw,
+                                    record_components, resolve, term_columns, why_excluded,
+                                    world_size)
+from mens.plan.memory import model_digest, usable_cell, with_uncertainty
 
 MIN_SHARE = 0.01        # below this share of every record's prediction a term is not fitted
 U_MIN = 0.02            # no cell claims better than ±2 %
@@ -54,15 +61,16 @@ def repeat_noise(records: list[dict]) -> dict[str, dict]:
     groups: dict[tuple, list[float]] = {}
     for r in records:
         if r.get("status") == "ok" and r.get("role") == "fit":
-            key = (r["cell"], json.dumps(r["arch"], sort_keys=True), r["seq_len"],
-                   r["micro_batch"], r["packing"])
+            arch = {"family": "qwen3", **r["arch"]}   # records before families were qwen3
+            key = (r["cell"], json.dumps(arch, sort_keys=True), r["seq_len"], r["micro_batch"],
+                   r["packing"])
             groups.setdefault(key, []).append(float(r["measured_peak_bytes"]))
     out: dict[str, dict] = {}
     for key, ys in groups.items():
         if len(ys) < 2 or min(ys) < BIG:
             continue
         m = float(np.mean(ys))
-        o = out.setdefault(key[0].split("/")[0], {"ss": 0.0, "dof": 0, "shapes": 0, "max_pct": 0.0})
+        o = out.setdefault(noise_key(key[0]), {"ss": 0.0, "dof": 0, "shapes": 0, "max_pct": 0.0})
         o["ss"] += sum(((y - m) / m) ** 2 for y in ys)
         o["dof"] += len(ys) - 1
         o["shapes"] += 1
@@ -72,22 +80,41 @@ def repeat_noise(records: list[dict]) -> dict[str, dict]:
             for b, o in out.items()}
 
 
+def noise_key(cell: str) -> str:
+    """Whose run-to-run noise a cell's records share: the backend's (one device), the backend's
+    under that strategy (several processes: their own allocators and threads)."""
+    parts = cell.split("/")
+    return parts[0] if len(parts) <= 4 else f"{parts[0]}/{parts[4]}"
+
+
 def fit_cell(key: str, recs: list[dict], contract, extrapolation: bool = True,
-             noise: dict | None = None) -> dict:
+             noise: dict | None = None, inherit: dict | None = None) -> dict:
     """Weighted least squares of one cell. Raises Underdetermined with what is missing.
     The uncertainty pools leave-one-out errors with an extrapolation check: each rung's
-    longest seq_len predicted by a fit without those records (when the rest determine one)."""
+    longest seq_len predicted by a fit without those records (when the rest determine one).
+    inherit: a multi-device cell's one-device cell (its params coefficient, see the doc)."""
     cols = [term_columns(record_components(r, contract)) for r in recs]
     y = np.array([r["measured_peak_bytes"] for r in recs], float)
     total = np.array([sum(c.values()) for c in cols], float)
     free, fixed, held = [], {}, {}                         # held: term → coefficient kept
-    for t in TERMS:
+    multi = any(world_size(r) > 1 for r in recs)
+    for t in cols[0]:
         share = max(c[t] / tot for c, tot in zip(cols, total))
+        col = np.array([c[t] for c in cols], float)
         if t != "overhead" and share < MIN_SHARE:
             fixed[t] = f"below {MIN_SHARE:.0%} of every record's prediction (at most {share:.2%}): kept at 1"
             held[t] = 1.0
+        elif multi and t in ("params", "communication") and np.ptp(col) <= 1e-9 * col.max():
+            held[t] = float(((inherit or {}).get("terms") or {}).get(t, {}).get("coefficient", 1.0)) \
+                if t == "params" else 1.0
+            src = (f"the one-device cell's coefficient {held[t]:.4f}" if t == "params" and
+                   inherit else "1 (analytic)")
+            fixed[t] = (f"the same in every record (one rung): cannot be told from the overhead, "
+                        f"so held at {src}")
         else:
             free.append(t)
+    if multi:
+        _hold_inseparable(cols, free, held, fixed, inherit)
     w = 1.0 / np.maximum(y, BIG)
     while True:   # least squares; a term fitted negative is held at 0 and the rest refitted
         X = np.array([[c[t] for t in free] for c in cols], float)
@@ -115,7 +142,7 @@ def fit_cell(key: str, recs: list[dict], contract, extrapolation: bool = True,
     # leave-one-out predictions (PRESS): what each record would see from a fit without it
     checked = lev < 0.99           # a record with leverage ~1 is its own fit: nothing to check
     loo = np.where(checked, y - (y - pred) / np.maximum(1 - lev, 1e-9), pred)
-    ext = _longest_out(key, recs, contract) if extrapolation else []
+    ext = _longest_out(key, recs, contract, inherit) if extrapolation else []
     u, floor = _uncertainty(np.concatenate([y[checked], [m for _, m, _ in ext]]),
                             np.concatenate([loo[checked], [q for _, _, q in ext]]),
                             2 * noise["sigma"] if noise else 0.0)
@@ -127,7 +154,8 @@ def fit_cell(key: str, recs: list[dict], contract, extrapolation: bool = True,
         "uncertainty": u, "uncertainty_floor_bytes": floor, "checked_records_512mib": n_big,
         "repeat_noise": noise,
         "model_digest": model_digest(contract["model"]),
-        "coefficients": {c: round(coef[t], 6) for t, cs in TERMS.items() for c in cs},
+        "coefficients": {c: round(coef[t], 6) for t, cs in MULTI_TERMS.items() if t in coef
+                         for c in cs},
         "terms": {t: {"coefficient": round(coef[t], 6), "stderr": round(float(s), 6),
                       "uncertainty": round(float(3 * s), 6)} for t, s in zip(free, se)},
         "fixed": fixed,
@@ -141,14 +169,37 @@ def fit_cell(key: str, recs: list[dict], contract, extrapolation: bool = True,
     })
 
 
-def _longest_out(key: str, recs: list[dict], contract) -> list[tuple[dict, float, float]]:
+def _hold_inseparable(cols, free: list[str], held: dict, fixed: dict, inherit) -> None:
+    """Several processes, one rung: terms that move together with the others (logits and the
+    CPU heap's retention grow with b·s like the activations) cannot be told apart; the one-device
+    cell, fitted across rungs, can. Hold them at its coefficients (1 without one), the latest in
+    TERMS first, until the rest are separable; activations and the overhead stay fitted."""
+    def explained(t: str) -> bool:
+        X = np.array([[c[u] for u in free] for c in cols], float)
+        X = X / np.maximum(np.abs(X).max(axis=0), 1)
+        j = free.index(t)
+        rest = np.delete(X, j, axis=1)
+        r = X[:, j] - rest @ np.linalg.lstsq(rest, X[:, j], rcond=None)[0]
+        return float(np.abs(r).max()) < 1e-6
+    for t in reversed(list(cols[0])):
+        if t in free and t not in ("activations", "overhead") and explained(t):
+            held[t] = float(((inherit or {}).get("terms") or {}).get(t, {}).get("coefficient", 1.0))
+            fixed[t] = (f"moves with the other terms in every record (one rung): held at "
+                        f"{'the one-device cell' if inherit else 'the analytic'} coefficient "
+                        f"{held[t]:.4f}")
+            free.remove(t)
+
+
+def _longest_out(key: str, recs: list[dict], contract,
+                 inherit: dict | None = None) -> list[tuple[dict, float, float]]:
     """(record, measured, predicted) for each rung's longest seq_len, from a fit without them."""
     longest = {}
     for r in recs:
         longest[r["rung"]["name"]] = max(longest.get(r["rung"]["name"], 0), r["seq_len"])
     out = [r["seq_len"] == longest[r["rung"]["name"]] for r in recs]
     try:
-        sub = fit_cell(key, [r for r, o in zip(recs, out) if not o], contract, extrapolation=False)
+        sub = fit_cell(key, [r for r, o in zip(recs, out) if not o], contract, extrapolation=False,
+                       inherit=inherit)
     except Underdetermined:
         return []
     return [(r, float(r["measured_peak_bytes"]), float(predicted_raw(r, sub, contract)))
@@ -212,6 +263,9 @@ def _uncertainty(y: np.ndarray, loo: np.ndarray, repeat: float = 0.0) -> tuple[f
 def fit(records: list[dict], contract) -> dict:
     """{cells: {key: cell}, refused: {key: message}, excluded: [{id, cell, reason}]}."""
     by_cell, excluded = {}, []
+    records = [r for r in records if not other_paths(r, contract)] + [
+        dict(r, status="other_paths", reason=other_paths(r, contract)) for r in records
+        if other_paths(r, contract)]   # another path's records are counted, never fitted
     for r in records:
         why = why_excluded(r)
         if why:
@@ -219,9 +273,12 @@ def fit(records: list[dict], contract) -> dict:
         else:
             by_cell.setdefault(r["cell"], []).append(r)
     cells, refused, noise = {}, {}, repeat_noise(records)
-    for key, recs in sorted(by_cell.items()):
+    for key, recs in sorted(by_cell.items()):   # a one-device key sorts before its multi ones
+        one = one_device_key(key)
+        inherit = None if one == key else cells.get(one) or usable_cell(contract, one)
         try:
-            cells[key] = fit_cell(key, recs, contract, noise=noise.get(key.split("/")[0]))
+            cells[key] = fit_cell(key, recs, contract, noise=noise.get(noise_key(key)),
+                                  inherit=inherit)
         except Underdetermined as e:
             refused[key] = str(e)
             continue

@@ -13,6 +13,14 @@ The child runs `mens.train.run.train_run` unchanged, through its RunHooks:
                evaluation and saving stay outside it.
 Readings (mens/train/meter.py): CPU, VmHWM − VmRSS-at-baseline after `5 > /proc/self/clear_refs`;
 CUDA, max reserved/allocated after reset_peak_memory_stats; MPS, driver-allocated, sampled.
+
+Several processes (hw.devices > 1, one node): the child is `python -m mens.calibrate.measure
+<run dir>`, so the strategy's launcher (mens/train/strategy.py) starts ranks 1…N-1 by running
+that same module again (MENS_RUN_DIR names the run dir). Every rank meters its own window and
+writes its own reading file (measure.json for rank 0, measure.rank<r>.json): no collective, so a
+rank that dies still leaves what it measured. The parent reads them all; the record's peak is the
+per-device one the planner predicts, the maximum over ranks of each rank's window peak, and the
+RSS guard applies to each process of the tree (each is one device).
 """
 from __future__ import annotations
 
@@ -29,11 +37,12 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from mens.rundir import RunDir
+from mens.rundir import RunDir, atomic_write
 from mens.errors import EXIT_FAILED, EXIT_OK
+from mens.train.strategy import RUN_DIR_ENV
 
 RECORD_SCHEMA = 1
-CHILD = "import sys; from mens.calibrate.measure import child_main; child_main(sys.argv[1])"
+CHILD = "mens.calibrate.measure"   # run with -m: the launcher re-runs it for ranks > 0
 
 
 # --- parent --------------------------------------------------------------------------------
@@ -54,6 +63,17 @@ def prepare(cfg: DictConfig) -> list[str]:
     if not cfg.plan.force:
         cfg.plan.force = True
         notes.append("plan.force=true: calibration measures shapes the planner would refuse")
+    devices = cfg.hw.devices if cfg.hw.devices not in (None, "auto") else 1
+    if cfg.hw.nodes != 1:   # the parent reads the reading files of its own node only
+        raise ConfigError(f"`hw.nodes={cfg.hw.nodes}`: calibration measures one node's "
+                          f"processes (a device's peak does not depend on the node count): set "
+                          f"hw.nodes=1 and hw.devices to the devices per node.", key="hw.nodes")
+    if int(devices) > 1 and cfg.hw.strategy == "auto":
+        # each lane under the strategy it scales by (the planner would pick ddp wherever a
+        # replica fits, and the sharded cells would never be measured)
+        cfg.hw.strategy = "fsdp2" if cfg.lane.kind == "full" else "ddp"
+        notes.append(f"hw.strategy=auto → {cfg.hw.strategy}: calibration measures the full "
+                     f"lane sharded and adapters replicated (name hw.strategy for the other)")
     return notes
 
 
@@ -61,10 +81,16 @@ def task(cfg: DictConfig, out_dir: Path) -> int:
     from mens.plan.output import plan_run
 
     notes = prepare(cfg)
+    done = _measured_before(cfg, out_dir)
+    if done is not None:   # a sweep run again (after a crash or a stop) measures only what is left
+        print(f"mens calibrate: already measured ({done['status']}) · {done['cell']} · "
+              f"s={done['seq_len']} b={done['micro_batch']} · {out_dir}")
+        return EXIT_OK
     spec, plan = plan_run(cfg, out_dir, "train")
     c = cfg.calibrate
     record = base_record(cfg, spec, plan, out_dir)
     record["notes"] += notes
+    world = plan.world_size
     cap = c.max_predicted_gb
     if cap is not None and plan.raw_bytes > cap * 2**30:
         record.update(status="skipped", reason=f"predicted {plan.raw_bytes / 2**30:.2f} GiB "
@@ -83,12 +109,23 @@ def task(cfg: DictConfig, out_dir: Path) -> int:
         "config": OmegaConf.to_container(cfg, resolve=True), "weights": weights,
         "hydra": _hydra_bits(out_dir)}, indent=1)
     limit = int(c.max_rss_gb * 2**30) if c.max_rss_gb else None
-    res = run_child(out_dir, limit, c.timeout_s)
+    res = run_child(out_dir, limit, c.timeout_s, world)
     record.update(classify(res))
     if not c.keep_outputs:   # random-weight models and their optimizer state: nothing to keep
         for name in (RunDir.CHECKPOINTS, RunDir.MODEL, RunDir.ADAPTER):
             shutil.rmtree(out_dir / name, ignore_errors=True)
     return finish(record, out_dir)
+
+
+def _measured_before(cfg: DictConfig, out_dir: Path) -> dict | None:
+    """This job dir's record, when it holds a finished measurement of this very config."""
+    try:
+        record = json.loads((out_dir / "calibration.json").read_text())
+        job = json.loads((out_dir / "calibrate_job.json").read_text())
+    except (OSError, ValueError):
+        return None
+    same = job.get("config") == OmegaConf.to_container(cfg, resolve=True)
+    return record if same and record.get("status") in ("ok", "lower_bound") else None
 
 
 def finish(record: dict, out_dir: Path) -> int:
@@ -116,13 +153,18 @@ def base_record(cfg, spec, plan, out_dir: Path) -> dict:
     return {
         "schema": RECORD_SCHEMA,
         "id": f"{spec.rung.name}-{lane.kind}-{'ckpt' if shape.checkpointing else 'nockpt'}-"
-              f"s{shape.seq_len}-b{shape.micro_batch}-{hashlib.sha1(ident.encode()).hexdigest()[:8]}",
+              f"s{shape.seq_len}-b{shape.micro_batch}-"
+              f"{f'{plan.strategy}x{plan.world_size}-' if plan.world_size > 1 else ''}"
+              f"{hashlib.sha1(ident.encode()).hexdigest()[:8]}",
         "role": cfg.calibrate.role, "status": "pending", "reason": None,
-        "cell": plan.cell, "backend": spec.hw.backend, "lane": asdict(lane),
+        # world_size processes under strategy: the peak is one device's (the max over ranks)
+        "cell": plan.cell, "world_size": plan.world_size, "strategy": plan.strategy,
+        "backend": spec.hw.backend, "lane": asdict(lane),
         "checkpointing": shape.checkpointing, "precision": lane.precision,
         "rung": {"name": spec.rung.name, "init": spec.rung.init, "repo_id": spec.rung.repo_id},
         "arch": asdict(arch), "params": arch.params()["total"],
         "seq_len": shape.seq_len, "micro_batch": shape.micro_batch, "packing": shape.packing,
+        "paths": {k: getattr(spec.train, k) for k in ("attention", "loss", "heap")},
         "grad_accum": plan.grad_accum, "steps": cfg.calibrate.steps,
         "measured_peak_bytes": None, "measured_kind": None,
         "predicted_peak_bytes": plan.peak_bytes,
@@ -150,34 +192,65 @@ def _hydra_bits(out_dir: Path) -> dict:
         return {"mode": "RUN", "sweep_dir": None, "run_dir": str(out_dir)}
 
 
-def run_child(out_dir: Path, limit: int | None, timeout_s: float) -> dict:
-    """Run the measurement child; watch its RSS (the guard) and its exit. Returns what it said
-    (measure.json) plus how it ended."""
+def run_child(out_dir: Path, limit: int | None, timeout_s: float, world: int = 1) -> dict:
+    """Run the measurement child; watch the RSS of each of its processes (the guard: each rank
+    is one device) and its exit, then its other ranks' exit. Returns what the ranks said
+    (measure*.json, merged: see merge_ranks) plus how it ended."""
     import psutil
 
+    from mens.calibrate.records import merge_ranks
+
     with open(out_dir / "child.log", "w") as log:
-        proc = subprocess.Popen([sys.executable, "-c", CHILD, str(out_dir)], stdout=log,
+        proc = subprocess.Popen([sys.executable, "-m", CHILD, str(out_dir)], stdout=log,
                                 stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
         ps, seen, killed, t0 = psutil.Process(proc.pid), 0, None, time.time()
-        while proc.poll() is None:
-            try:
-                rss = ps.memory_info().rss
+        tree: dict[int, psutil.Process] = {proc.pid: ps}
+
+        def alive(ranks: bool = False) -> list:   # ranks: the measuring processes alone
+            out = []
+            for q in tree.values():
+                try:
+                    if q.is_running() and q.status() != psutil.STATUS_ZOMBIE and \
+                            (not ranks or CHILD in q.cmdline()):
+                        out.append(q)
+                except psutil.Error:
+                    pass
+            return out
+
+        ended = None   # rank 0's end: its ranks get a minute to finish and write their readings
+        while proc.poll() is None or (world > 1 and alive(ranks=True) and
+                                      time.time() - (ended := ended or time.time()) < 60):
+            try:   # ranks > 0 are the child's children (kept once seen: they outlive rank 0)
+                tree.update((q.pid, q) for q in ps.children(recursive=True))
             except psutil.Error:
-                rss = 0
+                pass
+            rss = 0
+            for q in alive():
+                try:
+                    rss = max(rss, q.memory_info().rss)
+                except psutil.Error:
+                    pass
             seen = max(seen, rss)
             if limit and rss > limit:
                 killed = f"killed by the calibrate.max_rss_gb guard at {rss / 2**30:.2f} GiB RSS"
             elif time.time() - t0 > timeout_s:
                 killed = f"killed after calibrate.timeout_s={timeout_s:g}"
             if killed:
-                proc.kill()
+                for q in alive():
+                    try:
+                        q.kill()
+                    except psutil.Error:
+                        pass
                 proc.wait()
                 break
             time.sleep(0.05)
-    path = out_dir / "measure.json"
-    said = json.loads(path.read_text()) if path.is_file() else {}
+    said = []
+    for r in range(world):
+        path = out_dir / ("measure.json" if r == 0 else f"measure.rank{r}.json")
+        said.append(json.loads(path.read_text()) if path.is_file() else None)
     return {"pid": proc.pid, "returncode": proc.returncode, "killed": killed, "max_rss_seen": seen,
-            "wall_s": round(time.time() - t0, 1), "child": said}
+            "wall_s": round(time.time() - t0, 1),
+            "child": (said[0] or {}) if world == 1 else merge_ranks(said)}   # records.py
 
 
 def classify(res: dict) -> dict:
@@ -193,6 +266,8 @@ def classify(res: dict) -> dict:
            "child": {"pid": res.get("pid"), "returncode": rc, "wall_s": res["wall_s"],
                      "killed": res["killed"],
                      "error": child.get("error"), "max_rss_seen": res["max_rss_seen"]}}
+    if child.get("ranks"):
+        out["ranks"] = child["ranks"]
     out.update(child.get("extra") or {})
     if child.get("window_complete"):
         out.update(status="ok", measured_peak_bytes=max(out["step_peaks_bytes"]))
@@ -236,16 +311,16 @@ def materialised_weights(cfg: DictConfig, out_dir: Path) -> str | None:
 
 
 def write_random_weights(rung: dict, target: str, seed: int) -> None:
-    """Seeded random Qwen3 weights (bf16 on disk: values do not matter, bytes on disk do) plus
-    the embedded tiny tokenizer (ids < 4096 fit every rung's vocabulary)."""
+    """Seeded random weights of the rung's family (bf16 on disk: values do not matter, bytes on
+    disk do) plus the embedded tiny tokenizer (ids < 4096 fit every rung's vocabulary)."""
     import torch
-    from transformers import Qwen3ForCausalLM
 
-    from mens.model.load import qwen3_config
+    from mens.model.load import causal_lm_class, hf_config
     from mens.resources import ASSETS
 
     torch.manual_seed(seed)
-    model = Qwen3ForCausalLM(qwen3_config(rung)).to(torch.bfloat16)
+    config = hf_config(rung)
+    model = causal_lm_class(config.model_type)(config).to(torch.bfloat16)
     tmp = Path(f"{target}.tmp{os.getpid()}")
     model.save_pretrained(str(tmp), safe_serialization=True)
     for name in ("tokenizer.json", "tokenizer_config.json"):
@@ -263,10 +338,13 @@ def child_main(run_dir: str) -> None:
     out_dir = Path(run_dir)
     job = json.loads((out_dir / "calibrate_job.json").read_text())
     report = {"window_started": False, "window_complete": False, "steps": []}
+    # ranks > 0 (started by rank 0's launcher with LOCAL_RANK set) keep readings of their own
+    rank = int(os.environ.get("LOCAL_RANK") or 0)
+    name = "measure.json" if rank == 0 else f"measure.rank{rank}.json"
 
-    def say(**kw):
+    def say(**kw):   # atomic_write, not RunDir's (which writes on rank 0 only)
         report.update(kw)
-        RunDir(out_dir).write_json("measure.json", report, indent=None)
+        atomic_write(out_dir / name, json.dumps(report))
 
     cfg = _child_config(job)
     set_hydra_job(job["hydra"])
@@ -315,4 +393,11 @@ def set_hydra_job(bits: dict) -> None:
     if bits.get("sweep_dir"):
         hc.sweep.dir = bits["sweep_dir"]
     hc.runtime.output_dir = bits["run_dir"]
+    # what the strategy's launcher reads to start ranks > 0 (child_command): this cwd, a name
+    hc.runtime.cwd = os.getcwd()
+    hc.job.name = "calibrate"
     HydraConfig.instance().set_config(OmegaConf.create({"hydra": hc}))
+
+
+if __name__ == "__main__":   # the measurement child (run_child), and each rank > 0 it starts
+    child_main(os.environ.get(RUN_DIR_ENV) or sys.argv[1])

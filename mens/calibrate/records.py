@@ -1,6 +1,8 @@
 """Calibration records (what `mens.calibrate` writes) as `mens.fit` and its report read them:
 collecting them from files, dirs and globs, the analytic model's components for a record's
-shape under the current contract, the terms a fit tells apart, and why a record is left out.
+shape under the current contract (one device's, of world_size), the terms a fit tells apart,
+why a record is left out — and the readings of several ranks merged into one device's record
+(merge_ranks, for mens.calibrate.measure).
 """
 from __future__ import annotations
 
@@ -18,6 +20,8 @@ TERMS = {"params": ("weights", "trainable", "gradients", "optimizer"),
          "logits": ("logits",),
          "packing_mask": ("packing_mask",), "retention": ("retention",),
          "overhead": ("overhead",)}
+# one device of several (world_size > 1): DDP's gradient buckets / FSDP2's gathered layers
+MULTI_TERMS = {**TERMS, "communication": ("communication",)}
 
 
 def resolve(source: str) -> Path:
@@ -55,15 +59,35 @@ def collect(sources) -> tuple[list[dict], list[str]]:
 
 
 def record_components(r: dict, contract) -> dict[str, int]:
-    """The analytic model's components for a record's shape, under the *current* model."""
+    """The analytic model's components for a record's shape, under the *current* model: one
+    device's, of world_size under strategy (records before multi-device calibration: one)."""
     lane = dict(r["lane"])
     lane["lora_targets"] = tuple(lane["lora_targets"])
     shape = Shape(r["seq_len"], r["micro_batch"], r["checkpointing"], r["packing"])
-    return components(Arch(**r["arch"]), LaneModel(**lane), shape, r["backend"], contract)
+    return components(Arch(**r["arch"]), LaneModel(**lane), shape, r["backend"], contract,
+                      record_paths(r), world=world_size(r), strategy=r.get("strategy") or "single")
+
+
+def world_size(r: dict) -> int:
+    return int(r.get("world_size") or 1)
+
+
+def one_device_key(cell: str) -> str:
+    """cpu/full/ckpt/fp32/fsdp2 → cpu/full/ckpt/fp32 (a one-device key: itself)."""
+    return "/".join(cell.split("/")[:4])
+
+
+def record_paths(r: dict) -> dict:
+    """The training paths a record was measured on (records before issue #13: the defaults)."""
+    from mens.plan.memory import DEFAULT_PATHS
+    return {**DEFAULT_PATHS, **(r.get("paths") or {})}
 
 
 def term_columns(comps: dict[str, int]) -> dict[str, int]:
-    return {t: sum(comps[c] for c in cs) for t, cs in TERMS.items()}
+    """Components summed into the fit's terms; `communication` only where the components have
+    it (several devices), so a one-device fit has exactly the terms it always had."""
+    terms = MULTI_TERMS if "communication" in comps else TERMS
+    return {t: sum(comps[c] for c in cs) for t, cs in terms.items()}
 
 
 def why_excluded(r: dict) -> str | None:
@@ -76,7 +100,54 @@ def why_excluded(r: dict) -> str | None:
     return None
 
 
+def other_paths(r: dict, contract) -> str | None:
+    """Why a record cannot test or fit this contract's cells: measured on other training paths
+    (train.attention / loss / heap) than the contract's `paths`; None when it can."""
+    from mens.plan.memory import contract_paths
+
+    mine, theirs = record_paths(r), contract_paths(contract)
+    diff = [f"{k}={mine[k]}" for k in theirs if mine[k] != theirs[k]]
+    return f"measured on other training paths ({', '.join(diff)})" if diff else None
+
+
 def predicted_raw(r: dict, cell: dict | None, contract) -> int:
     """The fitted (or, without a cell, analytic) prediction for a record's shape, before any
     uncertainty: the planner's own arithmetic (mens.plan.memory.predict)."""
     return predict(record_components(r, contract), cell, 0.0)["raw_bytes"]
+
+
+def merge_ranks(said: list[dict | None]) -> dict:
+    """The ranks' readings as one device's: each step's peak the maximum over ranks, the window
+    complete only when every rank's is, tokens/s summed. Per-rank readings are kept (`ranks`)."""
+    got = [s for s in said if s]
+    if not got:
+        return {}
+    first = said[0] or got[0]
+    n = min(len(s.get("steps") or []) for s in got) if len(got) == len(said) else 0
+    steps = [{**first["steps"][i], "peak_bytes": max(s["steps"][i]["peak_bytes"] for s in got)}
+             for i in range(n)]
+
+    def most(k):
+        vals = [s.get(k) for s in got if s.get(k) is not None]
+        return max(vals) if vals else None
+    rates = [s.get("tokens_per_s") for s in got]
+    errors = [f"rank {r}: {s['error']}" for r, s in enumerate(said) if s and s.get("error")]
+    missing = [r for r, s in enumerate(said) if not s]
+    return {**first, "steps": steps,
+            "window_started": any(s.get("window_started") for s in got),
+            "window_complete": not missing and all(s.get("window_complete") for s in got),
+            "window_peak_bytes": max([most("window_peak_bytes") or 0] +
+                                     [max((x["peak_bytes"] for x in s.get("steps") or []),
+                                          default=0) for s in got]),
+            "load_peak_bytes": most("load_peak_bytes"),
+            "window_start_bytes": most("window_start_bytes"),
+            "tokens_per_s": sum(rates) if None not in rates and len(got) == len(said) else None,
+            "step_s": most("step_s"),
+            "error": "; ".join(errors + [f"rank {r} wrote no reading" for r in missing]) or None,
+            "ranks": [None if s is None else {
+                "rank": r, "baseline_bytes": s.get("baseline_bytes"),
+                "load_peak_bytes": s.get("load_peak_bytes"),
+                "window_start_bytes": s.get("window_start_bytes"),
+                "step_peaks_bytes": [x["peak_bytes"] for x in s.get("steps") or []],
+                "window_complete": s.get("window_complete"), "error": s.get("error"),
+                "tokens_per_s": s.get("tokens_per_s")} for r, s in enumerate(said)]}

@@ -10,7 +10,8 @@ import json
 import statistics
 from pathlib import Path
 
-from mens.calibrate.records import BIG, MiB, collect, record_components, resolve
+from mens.calibrate.records import (BIG, MiB, collect, one_device_key, record_components,
+                                    resolve)
 from mens.plan.memory import MIN_UNCALIBRATED_MARGIN, load_contract, predict, usable_cell
 from mens.calibrate.rules import RULES
 from mens.rundir import atomic_write
@@ -26,7 +27,7 @@ def rows(records: list[dict], contract) -> list[dict]:
         m = r.get("measured_peak_bytes")
         if m is None or r.get("status") not in ("ok", "lower_bound"):
             continue
-        pred = predict(record_components(r, contract), usable_cell(contract, r["cell"]),
+        pred = predict(record_components(r, contract), _cell(contract, r["cell"]),
                        MIN_UNCALIBRATED_MARGIN)
         row = {"id": r["id"], "role": r.get("role"), "status": r["status"], "cell": r["cell"],
                "rung": r["rung"]["name"], "seq_len": r["seq_len"], "micro_batch": r["micro_batch"],
@@ -39,6 +40,16 @@ def rows(records: list[dict], contract) -> list[dict]:
             row[name] = rule(r)
         out.append(row)
     return out
+
+
+def _cell(contract, key: str):
+    """The cell the planner would use (mens.plan.planner): a multi-device key without a fit of
+    its own falls back to its one-device cell's coefficients, uncalibrated."""
+    cell = usable_cell(contract, key)
+    one = one_device_key(key)
+    if cell is None and one != key and (cell := usable_cell(contract, one)):
+        cell = {**cell, "calibrated": False}
+    return cell
 
 
 def _err(pred: int, m: int) -> float:

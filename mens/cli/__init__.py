@@ -12,7 +12,15 @@ from __future__ import annotations
 
 import difflib
 import importlib
+import os
 import sys
+
+# OpenMP threads that wait passively instead of spinning: set before torch loads (every mens
+# process enters here). Per-record attention runs many small parallel regions per step; with
+# spinning waits a second process on the box (a test, a peer, the OS) turned a 1.1 s step at
+# seq 1152 into 10 s on 2 cores; passive: 1.7 s vs 2.0 s for the masked path. A user's own
+# setting wins.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 from mens.errors import EXIT_CONFIG, EXIT_OK
 
@@ -24,7 +32,16 @@ COMMANDS = {
     "compare": ("mens.cli.compare", "base vs fine-tuned on held-out prompts, or runs side by side"),
     "calibrate": ("mens.cli.calibrate", "measure the real peak memory of a shape (a record)"),
     "fit": ("mens.cli.fit", "fit the memory contract's cells from calibration records"),
+    "data": ("mens.cli.data", "inspect data: format, splits, token lengths, a rendered record"),
     "demo": ("mens.cli.demo", "train (or reuse) the tiny default, serve it, ask base and adapter"),
+    "cloud": ("mens.cli.cloud", "cloud offers planned and priced (estimate), a SkyPilot task (launch)"),
+    "recommend": ("mens.cli.recommend", "recommendation.md: what fits this machine, what to rent, how to run it"),
+    "ladder": ("mens.cli.ladder", "every rung × spoke cell's state: trained, gated, stale, missing, no fit"),
+    "gate": ("mens.cli.gate", "before/after on the run's spoke, collateral on the others → gate.json"),
+    "afk": ("mens.cli.afk", "the unattended queue: train missing cells smallest first "
+            "(pause, abort, status)"),
+    "studio": ("mens.cli.studio", "the local web app: ladder, recipe + live plan, jobs, data, "
+               "evals, serving"),
 }
 
 

@@ -8,7 +8,9 @@ highest code any job had.
 """
 from __future__ import annotations
 
+import json
 import os
+import signal
 import sys
 from pathlib import Path
 from typing import Callable
@@ -17,7 +19,7 @@ from hydra.experimental.callback import Callback
 
 from mens.config.explain import explain
 from mens.errors import (EXIT_CONFIG, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_REFUSED,
-                         MensError, RunFailed)
+                         Interrupted, MensError, RunFailed)
 from mens.rundir import RunDir
 
 _sweep_codes: list[int] = []
@@ -68,7 +70,12 @@ def job(task: Callable) -> Callable:
     return hydra_task
 
 
+_interrupt: list[bool] = []   # SIGINT arrived in this process (see _note_interrupt)
+
+
 def _as_mens_error(e: Exception) -> MensError:
+    if _interrupt and not isinstance(e, MensError):
+        return Interrupted(f"interrupted ({type(e).__name__} raised on the way out: {e})")
     try:
         return explain(e)
     except Exception:
@@ -93,6 +100,13 @@ class SweepOutcomes(Callback):
               f"{' '.join(config.hydra.overrides.task)}")
 
     def on_multirun_end(self, config, **kwargs) -> None:
+        if not _sweep_codes:   # jobs ran in other processes (submitit): their outcome files
+            for f in sorted(Path(config.hydra.sweep.dir).glob("*/" + RunDir.OUTCOME),
+                            key=lambda f: (len(f.parent.name), f.parent.name)):
+                out = json.loads(f.read_text())
+                _sweep_codes.append(out["exit_code"])
+                print(f"[sweep] job {f.parent.name}: exit {out['exit_code']} "
+                      f"{' '.join(out['overrides'])}")
         bad = sum(1 for c in _sweep_codes if c)
         print(f"[sweep] {len(_sweep_codes)} jobs, {len(_sweep_codes) - bad} ok, {bad} not ok; "
               f"outputs under {config.hydra.sweep.dir}")
@@ -117,18 +131,43 @@ def main(task: Callable, argv: list[str] | None = None, name: str = "mens") -> i
         argv += [f"hydra.run.dir={resume[0]}", "hydra.output_subdir=null"]
     sys.argv = [sys.argv[0], *argv]
     user_full = os.environ.get("HYDRA_FULL_ERROR") == "1"
+    before = os.environ.get("HYDRA_FULL_ERROR")
     os.environ["_MENS_USER_FULL_ERROR"] = "1" if user_full else "0"
     os.environ["HYDRA_FULL_ERROR"] = "1"   # let exceptions reach us; we print them
     _sweep_codes.clear()
     _run_code.clear()
     app = hydra.main(config_path=str(CONF_DIR), config_name="mens", version_base="1.3")(job(task))
     try:
+        return _run(app, user_full)
+    finally:   # an in-process caller's next command sees the user's setting, not ours
+        if before is None:
+            os.environ.pop("HYDRA_FULL_ERROR", None)
+        else:
+            os.environ["HYDRA_FULL_ERROR"] = before
+
+
+def _note_interrupt(signum, frame):
+    """Python's own SIGINT behaviour (KeyboardInterrupt), remembered: a KeyboardInterrupt raised
+    inside a library's C code can surface as another exception (torch turns one inside tensor
+    construction into a ValueError), and that is still the user's Ctrl-C, so exit 130."""
+    _interrupt.append(True)
+    signal.default_int_handler(signum, frame)
+
+
+def _run(app, user_full: bool) -> int:
+    _interrupt.clear()
+    try:
+        previous = signal.signal(signal.SIGINT, _note_interrupt) \
+            if signal.getsignal(signal.SIGINT) is signal.default_int_handler else None
+    except ValueError:   # not the main thread: leave signals alone
+        previous = None
+    try:
         app()
     except MensError as e:
         if user_full:
             raise
         _print_error(e)
-        return e.code
+        return EXIT_INTERRUPTED if _interrupt else e.code
     except KeyboardInterrupt:
         print("mens: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
@@ -138,6 +177,9 @@ def main(task: Callable, argv: list[str] | None = None, name: str = "mens") -> i
         err = _as_mens_error(e)
         _print_error(err)
         return err.code
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
     if _sweep_codes:
         return max(_sweep_codes)
     return _run_code[-1] if _run_code else EXIT_OK

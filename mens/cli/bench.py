@@ -1,5 +1,6 @@
 """`make bench`: the plan path's start-up time against `python -c "import torch"`; training
-throughput and padding waste against a plain transformers Trainer; export memory (0.6b shape);
+throughput and peak memory against a plain transformers Trainer and TRL's SFTTrainer (each in its
+own process, mens.cli.peers); padding waste; export memory (0.6b shape);
 the memory contract's held-out calibration errors next to two rules of thumb (issue #4).
 
 Commands run interleaved (A B C, A B C, …) so that the shared 2-core box's noise hits each
@@ -67,78 +68,55 @@ def main(runs: int = 7) -> dict:
 
 
 
-def train_throughput(steps: int = 12, seq_len: int = 512, micro: int = 4) -> dict:
-    """Real (non-padding) tokens/s of mens's packed LoRA training against a plain transformers
-    Trainer + peft on the same tiny model, records, seq_len and batch — one process, one run."""
-    import os
+def peer_throughput(rounds: int = 2, steps: int = 12, micro: int = 4) -> dict:
+    """Real tokens/s of mens against a transformers Trainer (pad to longest) and TRL's
+    SFTTrainer (packing) on the tiny rung, vox_lang, micro 4, LoRA r16 on every linear layer —
+    at seq 512 and at the spoke's auto seq_len. Each run in its own process (mens.cli.peers),
+    interleaved mens, trainer, trl, mens, …; the medians' ratio is the figure."""
+    from mens.cli.peers import PEERS, measure
 
-    import torch
-    from peft import LoraConfig, get_peft_model
-    from transformers import AutoModelForCausalLM, Trainer, TrainerCallback, TrainingArguments
+    out = {}
+    for seq in (512, "auto"):
+        got: dict[str, list] = {p: [] for p in PEERS}
+        for _ in range(rounds):
+            for peer in PEERS:
+                got[peer].append(measure(peer, {"seq_len": seq, "micro": micro, "steps": steps}))
+        med = {p: statistics.median(r["tokens_per_s"] for r in rs if "tokens_per_s" in r)
+               if any("tokens_per_s" in r for r in rs) else None for p, rs in got.items()}
+        best = max(v for k, v in med.items() if not k.startswith("mens") and v)
+        real_seq = next(r["seq_len"] for r in got["mens"] if "seq_len" in r)
+        goal = 1.3 if seq == 512 else 1.5
+        out[str(seq)] = {"seq_len": real_seq, "tokens_per_s": med, "runs": got,
+                         "ratio_vs_best_peer": med["mens"] / best, "goal": goal}
+        print(f"training tokens/s at seq {real_seq} ({seq}): " + ", ".join(
+            f"{p} {v:,.0f}" for p, v in med.items() if v) +
+              f" → mens = {med['mens'] / best:.2f}× the best peer (goal ≥ {goal}×)")
+    return out
 
-    from mens.config.compose import compose
-    from mens.data.corpus import is_pair, load_spoke
-    from mens.model.load import load_tokenizer
-    from mens.resources import ASSETS
-    from mens.data.pack import pad_batch
-    from mens.data.examples import examples_for
-    from mens.train.run import train_run
-    from mens.plan.spec import compile_run
 
-    torch.set_num_threads(os.cpu_count() or 1)
-    overrides = ["+hw=cpu", "logger=none", "curriculum=flat", f"train.seq_len={seq_len}",
-                 f"train.micro_batch={micro}", "train.grad_accum=1", f"train.max_steps={steps}",
-                 "lane.optimizer.lr=1e-3"]
-    with tempfile.TemporaryDirectory() as tmp:
-        spec, plan = compile_run(compose(overrides), "train")
-        train_run(spec, plan, Path(tmp) / "mens")
-        from mens.train.telemetry import read
-        rows = [r for r in read(Path(tmp) / "mens" / "telemetry.jsonl") if r["event"] == "TRAIN_STEP"]
-        cur = [r for r in read(Path(tmp) / "mens" / "telemetry.jsonl") if r["event"] == "CURRICULUM"]
-        mens_tps = statistics.median(r["tokens_per_sec"] for r in rows[1:])   # skip warm-up step
-        mens_waste = cur[0]["padding_waste_pct"]
+def peer_memory(steps: int = 3) -> dict:
+    """Peak memory (the training window above the pre-model baseline) of mens, the Trainer
+    (records grouped into full rows) and TRL (packing) at the real 0.6b architecture with random
+    weights, seq 2048, micro-batch 1, LoRA r16 — with and without gradient checkpointing."""
+    from mens.cli.peers import PEERS, measure
 
-        # baseline: the same records, one per row, padded to the longest in the batch
-        tok = load_tokenizer(spec.rung, [])
-        records = [r for r in load_spoke(spec.spoke, seed=spec.train.seed)[0] if not is_pair(r)]
-        exs = list(examples_for(records, tok, spec, list(spec.curriculum.phases), False)[0].values())
-        model = get_peft_model(AutoModelForCausalLM.from_pretrained(str(ASSETS / "tiny"), dtype=torch.float32),
-                               LoraConfig(r=16, lora_alpha=32, target_modules=list(spec.lane.lora.targets),
-                                          task_type="CAUSAL_LM"))
-        counted = {"real": 0, "total": 0}
-
-        def collator(batch):
-            return pad_batch(batch, min(seq_len, max(len(e) for e in batch)))
-
-        class Counting(Trainer):   # count at the step itself (accelerate's loader reads ahead)
-            def training_step(self, model, inputs, *a, **kw):
-                counted["real"] += int(inputs["attention_mask"].sum())
-                counted["total"] += inputs["attention_mask"].numel()
-                return super().training_step(model, inputs, *a, **kw)
-
-        args = TrainingArguments(output_dir=str(Path(tmp) / "hf"), per_device_train_batch_size=micro,
-                                 max_steps=steps, learning_rate=1e-3, logging_steps=1000,
-                                 save_strategy="no", report_to=[], use_cpu=True,
-                                 dataloader_num_workers=0, remove_unused_columns=False, seed=0)
-        marks: list[tuple[float, int]] = []
-
-        class Marks(TrainerCallback):   # (time, real tokens so far) at each optimizer step
-            def on_step_end(self, args, state, control, **kw):
-                marks.append((time.perf_counter(), counted["real"]))
-
-        trainer = Counting(model=model, args=args, train_dataset=exs, data_collator=collator,
-                          callbacks=[Marks()])
-        trainer.train()
-    # per-step rates from step 2 on, as mens's TRAIN_STEP rows are (its first step is skipped too)
-    hf_tps = statistics.median((b[1] - a[1]) / (b[0] - a[0]) for a, b in zip(marks, marks[1:]))
-    hf_waste = 100 * (1 - counted["real"] / counted["total"])
-    result = {"mens_tokens_per_s": mens_tps, "hf_tokens_per_s": hf_tps,
-              "ratio": mens_tps / hf_tps, "mens_padding_waste_pct": mens_waste,
-              "hf_padding_waste_pct": hf_waste, "steps": steps, "seq_len": seq_len, "micro_batch": micro}
-    print(f"training, real tokens/s: mens {mens_tps:,.0f} vs transformers Trainer {hf_tps:,.0f} "
-          f"= {result['ratio']:.2f}x (goal >= 1.3x); padding waste mens {mens_waste:.1f} % "
-          f"(goal <= 5 %), Trainer {hf_waste:.1f} %")
-    return result
+    out = {}
+    peers = [p for p in PEERS if p != "mens_calibrated"]
+    for ckpt in (True, False):
+        # every peer under the fixed heap (mens.train.allocator): the small, repeatable peaks
+        args = {"rung": "0.6b", "seq_len": 2048, "micro": 1, "steps": steps, "ckpt": ckpt,
+                "heap": "fixed"}
+        got = {p: measure(p, {**args, "grouped": p == "trainer"}) for p in peers}
+        peaks = {p: r.get("peak_bytes") for p, r in got.items()}
+        best = min(v for k, v in peaks.items() if not k.startswith("mens") and v)
+        ratio = peaks["mens"] / best if peaks["mens"] else None
+        out["ckpt" if ckpt else "no_ckpt"] = {"peak_bytes": peaks, "runs": got,
+                                              "ratio_vs_best_peer": ratio, "goal": 0.6}
+        print(f"peak memory, 0.6b seq 2048 micro 1, checkpointing {'on' if ckpt else 'off'}: "
+              + ", ".join(f"{p} {v / 2**30:.2f} GiB" for p, v in peaks.items() if v)
+              + (f" → mens = {ratio:.2f}× the best peer (goal ≤ 0.6× with checkpointing)"
+                 if ratio else ""))
+    return out
 
 
 def padding_table(spoke: str = "vox_lang", seq_lens=(512, 1024, None, 2048)) -> list[dict]:
@@ -153,7 +131,7 @@ def padding_table(spoke: str = "vox_lang", seq_lens=(512, 1024, None, 2048)) -> 
     from mens.data.pack import packing_stats
     from mens.data.examples import examples_for
     from mens.plan.spec import compile_run
-    from mens.train.module import epoch_items
+    from mens.train.datamodule import epoch_items
 
     out = []
     for sl in seq_lens:
@@ -185,6 +163,33 @@ def padding_table(spoke: str = "vox_lang", seq_lens=(512, 1024, None, 2048)) -> 
     return out
 
 
+def inspect_speed(records: int = 10_000) -> dict:
+    """`mens data inspect` on a 10k-record chat JSONL (written here): a cold run (reads, splits,
+    tokenizes with the run's template) and a warm one (lengths from the content-hash cache),
+    side by side with `import torch` — what a user waits for before any training starts."""
+    import random
+
+    py = sys.executable
+    with tempfile.TemporaryDirectory() as tmp:
+        rng = random.Random(0)
+        with open(Path(tmp, "chat.jsonl"), "w") as f:
+            for i in range(records):
+                a, b = rng.randint(1, 10**6), rng.randint(1, 10**6)
+                f.write(json.dumps({"messages": [
+                    {"role": "system", "content": "You are a careful calculator."},
+                    {"role": "user", "content": f"Record {i}: what is {a} plus {b}? " * 3},
+                    {"role": "assistant", "content": f"{a} plus {b} is {a + b}. " * 3}]}) + "\n")
+        env_cmd = [py, "-m", "mens.data", "inspect", "data=file", "data.path=chat.jsonl"]
+        import os
+        os.environ["XDG_CACHE_HOME"] = str(Path(tmp, "cache"))   # a cold cache, then a warm one
+        cold = time_command(env_cmd, tmp)
+        warm = statistics.median(time_command(env_cmd, tmp) for _ in range(3))
+        torch_s = statistics.median(time_command([py, "-c", "import torch"], tmp) for _ in range(3))
+    print(f"mens data inspect on {records:,} records: cold {cold:.2f} s, warm (cached lengths) "
+          f"{warm:.2f} s; import torch {torch_s:.2f} s (warm = {warm / torch_s:.2f} × import torch)")
+    return {"records": records, "cold_s": cold, "warm_s": warm, "import_torch_s": torch_s}
+
+
 if __name__ == "__main__":
     runs = int(sys.argv[1]) if len(sys.argv) > 1 else 7
     from mens.export.bench import main as export_memory
@@ -192,7 +197,9 @@ if __name__ == "__main__":
 
     print("\nmemory contract on held-out calibration records (calibration/cpu.jsonl):")
     held = held_out_table()     # no training: the committed records against the committed cells
-    out = {"plan": main(runs), "train": train_throughput(), "padding": padding_table(),
-           "export": export_memory(), "calibration_held_out": held}
+    out = {"plan": main(runs), "train": peer_throughput(), "memory": peer_memory(),
+           "padding": padding_table(),
+           "export": export_memory(), "calibration_held_out": held,
+           "data_inspect": inspect_speed()}
     Path("outputs/bench").mkdir(parents=True, exist_ok=True)
     Path("outputs/bench/bench.json").write_text(json.dumps(out, indent=2))

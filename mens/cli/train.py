@@ -18,18 +18,40 @@ def task(cfg: DictConfig, out_dir: Path) -> int:
     from mens.plan.spec import load_rerun
     from mens.train.run import train_run
 
-    resume = cfg.resume
-    if cfg.rerun or cfg.resume:
+    resume, source = cfg.resume, cfg.rerun or cfg.resume
+    if source:
         _no_other_overrides("resume" if resume else "rerun")
-        cfg = load_rerun(cfg.rerun or cfg.resume)
+        cfg = load_rerun(source)
     if resume:
         out_dir = Path(resume)   # continue in place
     spec, plan = plan_run(cfg, out_dir, "train", write=not resume)
+    if source:
+        spec = _data_changes(spec, source, out_dir, write=not resume)
     summary = train_run(spec, plan, out_dir, resume=bool(resume))
     print(f"mens: done in {summary['duration_s']:.0f} s · eval loss {summary['eval_loss_base']:.3f}"
           f" (base) → {summary['eval_loss_adapter']:.3f} ({summary['lane']}) on "
-          f"{summary['eval_records']} held-out {summary['spoke']} records · {out_dir}")
+          f"{summary['eval_records']} held-out {summary['data']} records · {out_dir}")
     return EXIT_OK
+
+
+def _data_changes(spec, source: str, out_dir: Path, write: bool):
+    """A rerun/resume whose data files changed since the run: said, and kept in the notes."""
+    import sys
+    from dataclasses import replace
+
+    from mens.data.select import lock_changes
+    from mens.plan.output import write_spec
+    from mens.rundir import RunDir
+
+    said = lock_changes(RunDir(source).read_spec().get("data_lock") or [], spec.data_lock)
+    for line in said:
+        print(f"mens: note: {line} (since {source})", file=sys.stderr)
+    if not said:
+        return spec
+    spec = replace(spec, notes=spec.notes + tuple(f"DATA_CHANGED: {x}" for x in said))
+    if write:
+        write_spec(RunDir(out_dir), spec)
+    return spec
 
 
 def _no_other_overrides(what: str) -> None:

@@ -90,7 +90,7 @@ def _spec(run: Path) -> DictConfig:
 
 
 # --- before / after ----------------------------------------------------------------------------
-def _models(run: Path, spec):
+def load_models(run: Path, spec):
     """(slots, slot) for the base and for the fine-tuned model: one PeftModel for a LoRA run,
     two models for a full fine-tune."""
     from mens.serve.slots import BASE, Slots, Source
@@ -108,7 +108,7 @@ def _models(run: Path, spec):
                       f"a run dir with summary.json.", key="run")
 
 
-def _eval(slots, slot, sets) -> dict:
+def eval_sets_loss(slots, slot, sets) -> dict:
     from mens.train.evaluate import eval_loss
 
     out = {}
@@ -138,16 +138,19 @@ def _kl_along(slots_a, slot_a, slots_b, slot_b, prompt: list[int], answer: list[
 def before_after(run: Path, n_prompts: int, max_tokens: int) -> dict:
     from tqdm.auto import tqdm
 
-    from mens.data.corpus import load_eval
+    from mens.data.select import eval_records
     from mens.serve.generate import GenRequest, generate
     from mens.train.evaluate import eval_sets
 
     run = Path(run)
     spec = _spec(run)
-    (b_slots, b), (a_slots, a) = _models(run, spec)
-    sets = eval_sets(spec, b_slots.tokenizer)
-    loss_base, loss_after = _eval(b_slots, b, sets), _eval(a_slots, a, sets)
-    recs = [r for r in load_eval(spec.spoke) if "messages" in r][:n_prompts]
+    (b_slots, b), (a_slots, a) = load_models(run, spec)
+    # held-out preference pairs are scored here on their chosen answers (token loss)
+    sets = {role: (name, [x[0] if isinstance(x, tuple) else x for x in exs])
+            for role, (name, exs) in eval_sets(spec, b_slots.tokenizer).items()}
+    loss_base, loss_after = eval_sets_loss(b_slots, b, sets), eval_sets_loss(a_slots, a, sets)
+    recs = [r if "messages" in r else {**r, "messages": r["prompt"] + r["chosen"]}
+            for r in eval_records(spec)["eval"][1]][:n_prompts]
     rows = []
     for r in tqdm(recs, desc="compare: generate base and tuned", unit="prompt", leave=False):
         msgs = r["messages"]
@@ -181,7 +184,8 @@ def before_after(run: Path, n_prompts: int, max_tokens: int) -> dict:
         "eval_improvement_pct": 100 * (1 - la / lb), "eval_tokens": loss_base["eval"]["tokens"],
         "collateral": {"spoke": loss_base["collateral"]["spoke"],
                        "eval_loss_base": loss_base["collateral"]["loss"],
-                       "eval_loss_tuned": loss_after["collateral"]["loss"]},
+                       "eval_loss_tuned": loss_after["collateral"]["loss"]}
+        if "collateral" in loss_base else None,
         "summary_eval_loss_base": summary.get("eval_loss_base"),
         "summary_eval_loss_tuned": summary.get("eval_loss_adapter"),
         "share_outputs_differ": sum(x["differs"] for x in rows) / len(rows) if rows else None,
@@ -205,7 +209,7 @@ def _f(x, fmt: str = ".4f") -> str:
 
 
 def before_after_md(r: dict) -> str:
-    c = r["collateral"]
+    c = r["collateral"] or {"spoke": "none", "eval_loss_base": None, "eval_loss_tuned": None}
     lines = [
         f"# Before/after: {r['run']}", "",
         f"{r['lane']} on {r['rung']}, spoke {r['spoke']}; {r['prompts']} held-out prompts, "

@@ -8,7 +8,7 @@ Union of int and str) and are checked by `mens.config.validate` right after comp
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, List, Optional
+from typing import Any, Dict, List, Optional
 
 from omegaconf import MISSING
 
@@ -23,8 +23,6 @@ DPO_LOSSES = ("sigmoid", "hinge", "ipo")
 class LightningDefaults:
     accelerator: str = "cpu"      # Lightning Trainer(accelerator=...)
     precision: str = "32-true"    # Trainer(precision=...) when lane.precision is auto
-    strategy: str = "auto"
-    devices: int = 1
 
 
 @dataclass
@@ -47,15 +45,22 @@ class HwConfig:
     tflops_bf16: Optional[float] = None  # dense, for time estimates; null = unknown
     lightning: LightningDefaults = field(default_factory=LightningDefaults)
     headroom: HeadroomPolicy = field(default_factory=HeadroomPolicy)
+    # Several devices (mens.plan.planner plans per device; mens.train.strategy runs it):
+    devices: Any = AUTO    # per node: auto = every visible accelerator of the backend (CPU: 1 process)
+    nodes: int = 1         # SLURM / torchrun nodes; world size = devices × nodes
+    strategy: str = AUTO   # auto (the planner chooses and says why) | single | ddp | fsdp2
 
 
 @dataclass
 class RungConfig:
     name: str = MISSING
-    repo_id: str = MISSING
+    repo_id: Optional[str] = MISSING   # a Hugging Face model id (null only with rung.path)
     revision: Optional[str] = None   # null = unpinned (reported as such)
+    commit: Optional[str] = None     # the snapshot commit a run resolved and used (spec.yaml)
     init: str = "pretrained"         # pretrained | random
     path: Optional[str] = None       # explicit local weights dir (skips the HF cache)
+    download: bool = True            # fetch missing weights from the Hub after the plan fits
+    family: str = "qwen3"            # config.json's model_type (mens.model.families)
     hidden_size: int = MISSING
     intermediate_size: int = MISSING
     num_hidden_layers: int = MISSING
@@ -100,6 +105,37 @@ class SpokeConfig:
     seq_len_hint: int = 1024         # declared target, used only when no length manifest exists
     sources: List[SourceConfig] = field(default_factory=list)
     admission: AdmissionConfig = field(default_factory=AdmissionConfig)
+    # the one system prompt of the spoke: synthesis asks for answers under it, training adds it
+    # where a record has none (data.system_prompt wins), serving uses it as the slot's default
+    system_prompt: Optional[str] = None
+
+
+DATA_FORMATS = ("auto", "messages", "sharegpt", "alpaca", "prompt_completion", "text",
+                "preference")
+
+
+@dataclass
+class DataConfig:
+    # the `data` group: `data=spoke` (the spoke's shipped corpus, the default), `data=file
+    # data.path=…` or `data=hf data.name=org/ds` (mens.data.sources)
+    source: str = MISSING            # spoke | file | hf
+    path: Any = None                 # file: a path, a list of paths, or a glob (jsonl json parquet csv)
+    name: Optional[str] = None       # hf: the dataset id (org/name)
+    split: str = "train"             # hf: the split trained on
+    revision: Optional[str] = None   # hf: a branch, tag or commit (null: main)
+    format: str = "auto"             # auto (from the columns) | one of DATA_FORMATS
+    columns: Dict[str, str] = field(default_factory=dict)   # mens field -> the data's column name
+    system_prompt: Optional[str] = None   # prepended as a system turn where a record has none
+    chat_template: Optional[str] = None   # a .jinja file or `chatml`: for a model without one
+    enable_thinking: bool = False    # the template option (Qwen3): train and serve alike
+    eval_path: Any = None            # a held-out file (file) or split name (hf); null: eval_fraction
+    eval_fraction: float = 0.05      # held out by a hash of each record (stable as the file grows)
+    min_rating: Optional[float] = None   # records with a `rating` below it are dropped
+    tags: List[str] = field(default_factory=list)   # keep records with any of these `tags`
+    dedup: bool = True               # remove exact duplicates (counted)
+    decontam_n: int = 13             # n-gram size (words) of the eval-vs-train check; 0: off
+    decontam_threshold: float = 0.5  # an eval record sharing this fraction of its n-grams is removed
+    collateral: str = "spoke"        # spoke: also score the spoke's held-out split | none
 
 
 @dataclass
@@ -169,6 +205,11 @@ class TrainConfig:
     checkpoint_every: int = 50           # optimizer steps between checkpoints
     eval_every: int = 0                  # steps between held-out evals in training (0: off)
     eval_max_records: Optional[int] = None   # score at most this many held-out records (null: all)
+    # The training paths (issue #13). auto: the paths the memory contract's cells were fitted on
+    # (conf/contract.yaml `paths`); another choice plans with the analytic terms, uncalibrated.
+    attention: str = AUTO            # auto | block_mask (4-D mask) | per_record (no b·s² mask)
+    loss: str = AUTO                 # auto | full_logits | chunked (the head chunk by chunk)
+    heap: str = AUTO                 # auto | default (glibc's) | fixed (8 MiB mmap threshold, CPU)
 
 
 DEFAULT_WANDB_PROJECT = "mens"   # logger.project when neither it nor $WANDB_PROJECT is set
@@ -209,7 +250,10 @@ class ExportConfig:
 class ServeConfig:
     host: str = "127.0.0.1"
     port: int = 8089                 # 0: any free port (printed, and written to serve.json)
-    api_key: Optional[str] = None    # optional bearer token
+    # the NAME of the env var holding the bearer token (never the key itself: Hydra saves the
+    # command line into .hydra/overrides.yaml); null: no key asked
+    api_key_env: Optional[str] = None
+    require_gate: bool = True        # promote only runs whose gate.json passes (mens.gate)
     adapters: List[str] = field(default_factory=list)   # more slots: NAME=DIR or DIR
     device: str = "auto"             # auto | cpu | cuda | mps
     dtype: str = "auto"              # auto: fp32 on CPU (no fast half type), bf16/fp16 on GPUs
@@ -249,10 +293,162 @@ class CalibrateConfig:
 
 
 @dataclass
+class CloudConfig:
+    # mens cloud estimate | launch | catalog refresh (mens.cloud)
+    catalog: Optional[str] = None    # offers CSV; null = the dated catalogue mens ships
+    providers: List[str] = field(default_factory=list)   # [] = every provider in the catalogue
+    mfu: float = 0.35                # ASSUMED model FLOPs utilisation for time estimates
+    setup_hours: float = 0.25        # set-up + download time added to each estimate
+    max_age_days: int = 90           # a catalogue older than this is said on every estimate
+    top: int = 20                    # rows of the ranked table (estimate.json keeps all)
+    offer: Optional[str] = None      # launch: an offer id from estimate.json; null = cheapest that fits
+    spot: bool = False               # launch on spot capacity
+    sky_catalogs: str = "~/.sky/catalogs/v8"   # catalog refresh reads <cloud>/vms.csv here
+    tokens: Optional[int] = None     # training tokens of one run; null = the spoke's corpus × epochs (estimated)
+
+
+@dataclass
+class RecommendConfig:
+    # mens recommend: recommendation.md for one machine (mens.cloud.recommend)
+    rungs: List[str] = field(default_factory=lambda: ["0.6b", "1.7b", "4b", "8b", "14b", "32b"])
+    lanes: List[str] = field(default_factory=lambda: ["lora", "qlora", "full"])
+
+
+# --- teachers for the data studio (issue #15): `teacher=` group, mens.teacher.routing
+TEACHER_CAPABILITIES = ("json_schema",)   # json_schema: honours response_format's json_schema
+# the shipped conf/teacher options, and `custom` for a user's own file with `candidates:`
+TEACHER_TIERS = ("free", "efficient", "balanced", "genius", "auto", "endpoint", "local", "custom")
+
+
+@dataclass
+class TeacherEndpoint:
+    # one candidate of a cascade: an OpenAI-compatible chat endpoint and what it costs
+    name: str = MISSING              # the label in stats and errors (e.g. openai-gpt-5-mini)
+    base_url: str = MISSING          # e.g. https://api.openai.com/v1, http://127.0.0.1:11434/v1
+    model: str = MISSING             # the model id the endpoint knows
+    api_key_env: Optional[str] = None   # the NAME of the env var holding the key (never the key)
+    price_in_per_mtok: Optional[float] = None    # USD per million prompt tokens; null: unknown
+    price_out_per_mtok: Optional[float] = None   # USD per million completion tokens; null: unknown
+    price_date: Optional[str] = None     # when the price was read (YYYY-MM-DD)
+    price_source: Optional[str] = None   # where it was read (a URL)
+    capabilities: List[str] = field(default_factory=list)   # TEACHER_CAPABILITIES it has
+
+
+@dataclass
+class TeacherConfig:
+    tier: str = MISSING              # TEACHER_TIERS (custom: a user's conf/teacher/NAME.yaml)
+    candidates: List[TeacherEndpoint] = field(default_factory=list)   # tried in order
+    # teacher=endpoint: the one endpoint (base_url and model required)
+    base_url: Optional[str] = None
+    model: Optional[str] = None
+    api_key_env: Optional[str] = None   # the NAME of the env var holding the key
+    prefer_local: bool = False       # conf/teacher/local.yaml's candidates go first
+    concurrency: int = 4             # requests in flight at once
+    max_retries: int = 4             # mens's own retries of 429 / 5xx / timeouts (openai's: 0)
+    backoff_s: float = 1.0           # first retry's wait; doubles each time (Retry-After wins)
+    timeout_s: float = 120.0         # per request
+    temperature: float = 0.7
+    max_tokens: int = 4096           # per reply
+
+
+# Prompt strategies of `mens data synth` (mens.data.synth)
+SYNTH_STRATEGIES = ("zero_shot", "few_shot_seed", "cot_distill", "oracle_repair")
+
+
+@dataclass
+class TreeConfig:
+    """`mens data tree expand|prune|add|regen` (mens.data.tree): the dataset's tree.yaml."""
+    depth: int = 3                   # expand: levels below the root
+    branching: int = 4               # expand: subtopics asked for per node
+    node: Optional[str] = None       # prune / add / regen: the node id it acts on
+    label: Optional[str] = None      # add: the new child's label
+    description: str = ""            # add: the new child's description
+
+
+@dataclass
+class SynthConfig:
+    """`mens data synth` (mens.data.synth): leaf-conditioned synthesis into a dataset dir."""
+    out: Optional[str] = None        # the dataset dir; null: datasets/<spoke>
+    per_leaf: int = 8                # samples asked for per leaf
+    strategy: str = "zero_shot"      # SYNTH_STRATEGIES
+    repair_turns: int = 2            # repair turns after an oracle failure (0: none)
+    seed_examples: int = 3           # few_shot_seed / oracle_repair: k examples of the spoke
+    keep_reasoning: bool = False     # cot_distill: keep the reasoning in the trained answer
+    seed: int = 0                    # sent to the teacher (endpoints that honour it) and for picks
+    oracle_timeout_s: float = 10.0   # per candidate, in the oracle's child process
+    oracle_memory_mb: int = 1024     # the oracle child's address-space limit
+
+
+@dataclass
+class CurateConfig:
+    """`mens data curate list|rate|tag|untag|edit|clean` (mens.data.curate)."""
+    topic: Optional[str] = None      # filter: topic path prefix (`loops` or `shell/loops`)
+    tag: Optional[str] = None        # filter: records with this tag
+    verdict: Optional[str] = None    # filter: passed | repaired | unverified
+    min_rating: Optional[float] = None   # filter: rating >= this (unrated records do not match)
+    id: Optional[str] = None         # filter: one record id
+    rating: Optional[int] = None     # rate: the 1-5 rating to set
+    tags: List[str] = field(default_factory=list)   # tag / untag: the tags to add / remove
+    response: Optional[str] = None   # edit: the new assistant answer (the original is kept)
+    near_dup: float = 0.8            # clean: Jaccard of word n-grams at which a record is a near-duplicate
+    near_dup_n: int = 3              # clean: n-gram size (words) of the near-duplicate check
+    eval: List[str] = field(default_factory=list)   # clean: more eval files to decontaminate against
+
+
+@dataclass
+class LadderConfig:
+    """`mens ladder` (mens.ladder): the rung × spoke matrix and each cell's state."""
+    runs: str = "outputs"            # where run dirs are looked for (spec.yaml + summary.json)
+
+
+@dataclass
+class GateConfig:
+    """`mens gate run=DIR` (mens.gate): before/after on the run's spoke, collateral on the rest."""
+    max_prompts: int = 4             # held-out prompts per spoke (loss and greedy pass rate)
+    max_new_tokens: int = 48         # greedy tokens per answer
+    min_improvement_pct: float = 0.0   # the spoke's eval loss must drop by at least this %
+    max_collateral_pct: float = 10.0   # no other spoke's eval loss may rise by more than this %
+    min_pass_delta: float = 0.0      # the spoke's pass rate (tuned − base) must be at least this
+    max_collateral_pass_drop: float = 0.5   # no other spoke's pass rate may fall by more than this
+
+
+@dataclass
+class AfkConfig:
+    """`mens afk` (mens.afk): the unattended queue — each cell planned, based, trained, gated."""
+    # rung/spoke ids (`afk.cells=[tiny/vox_lang]`); []: every cell missing or stale that fits
+    cells: List[str] = field(default_factory=list)
+    dir: str = "outputs/afk"         # queue.json, control.json, logs/ and runs/<item>/ live here
+    overrides: List[str] = field(default_factory=list)   # appended to every item's training command
+    gate: bool = True                # gate each trained run (mens gate) before it counts as done
+    promote: bool = False            # a run whose gate passes: promoted on serve.host:serve.port
+    retry_failed: bool = False       # run again the items an earlier `mens afk` recorded as failed
+    max_attempts: int = 3            # starts of one item (a resume after a crash counts) before it fails
+    nice: int = 10                   # niceness added to every child (0-19): the machine stays usable
+    # a child is stopped when its RSS passes planned peak × this + memory_overhead_gb (cpu and mps,
+    # where the plan is of host memory); null: no limit
+    memory_factor: Optional[float] = 1.5
+    memory_overhead_gb: float = 2.0  # RSS besides the planned window (Python, torch, libraries)
+    poll_s: float = 1.0              # seconds between reads of the child's RSS and the control file
+
+
+@dataclass
+class StudioConfig:
+    """`mens studio` (mens.studio): the local web app over the ladder, jobs, gates and serving."""
+    host: str = "127.0.0.1"          # any other bind needs studio.token_env (else exit 2)
+    port: int = 8090                 # 0: any free port (printed)
+    token_env: Optional[str] = None  # the NAME of the env var holding the access token, never the value
+    runs: str = "outputs"            # run dirs it lists, and where the jobs it launches go
+    datasets: str = "datasets"       # the data studio's dataset dirs (mens data synth / curate)
+    recipes: str = "conf/recipe"     # where `save as recipe` writes NAME.yaml (+recipe=NAME finds it)
+    max_body_bytes: int = 65536      # a larger request body gets 413
+
+
+@dataclass
 class MensConfig:
     hw: HwConfig = MISSING           # not in the defaults list: `+hw=NAME`, else auto
     rung: RungConfig = MISSING       # not in the defaults list: `+rung=NAME`, else tiny
     spoke: SpokeConfig = MISSING
+    data: DataConfig = MISSING       # the `data` group (default: spoke)
     lane: LaneConfig = MISSING
     curriculum: CurriculumConfig = MISSING
     train: TrainConfig = field(default_factory=TrainConfig)
@@ -260,18 +456,36 @@ class MensConfig:
     rerun: Optional[str] = None      # a run dir: re-launch from its spec.yaml (new run dir)
     resume: Optional[str] = None     # a run dir: continue it from its last checkpoint
     logger: LoggerConfig = MISSING   # the `logger` group (default: wandb)
+    teacher: TeacherConfig = MISSING   # the `teacher` group (default: auto), mens.teacher
     run: Optional[str] = None        # a finished run dir: what export / serve / compare read
     export: ExportConfig = field(default_factory=ExportConfig)
     serve: ServeConfig = field(default_factory=ServeConfig)
     compare: CompareConfig = field(default_factory=CompareConfig)
     calibrate: CalibrateConfig = field(default_factory=CalibrateConfig)
+    cloud: CloudConfig = field(default_factory=CloudConfig)
+    recommend: RecommendConfig = field(default_factory=RecommendConfig)
+    tree: TreeConfig = field(default_factory=TreeConfig)
+    synth: SynthConfig = field(default_factory=SynthConfig)
+    curate: CurateConfig = field(default_factory=CurateConfig)
+    afk: AfkConfig = field(default_factory=AfkConfig)
+    ladder: LadderConfig = field(default_factory=LadderConfig)
+    gate: GateConfig = field(default_factory=GateConfig)
+    studio: StudioConfig = field(default_factory=StudioConfig)
 
 
 # Knobs that accept `auto` or a positive int (checked after compose).
-AUTO_INTS = ("train.seq_len", "train.micro_batch", "train.grad_accum", "train.global_batch")
+AUTO_INTS = ("train.seq_len", "train.micro_batch", "train.grad_accum", "train.global_batch",
+             "hw.devices")
+# The training paths and their choices (besides auto): what mens.plan.memory models
+TRAIN_PATHS = {"attention": ("block_mask", "per_record"), "loss": ("full_logits", "chunked"),
+               "heap": ("default", "fixed")}
 
 
 def register() -> None:
     from hydra.core.config_store import ConfigStore
+    from omegaconf import OmegaConf
 
     ConfigStore.instance().store(name="mens_schema", node=MensConfig)
+    if not OmegaConf.has_resolver("mens_devices"):   # hw.devices for a launcher: auto → 1
+        OmegaConf.register_new_resolver(
+            "mens_devices", lambda v: 1 if v in (None, AUTO) else int(v))

@@ -15,7 +15,8 @@ from typing import Iterable
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from mens.config.explain import unknown_key_error
-from mens.config.schema import AUTO, AUTO_INTS, DPO_LOSSES, MensConfig
+from mens.config.schema import (AUTO, AUTO_INTS, DATA_FORMATS, DPO_LOSSES, SYNTH_STRATEGIES,
+                                TEACHER_TIERS, TRAIN_PATHS, MensConfig)
 from mens.errors import ConfigError
 
 
@@ -68,6 +69,8 @@ def _values(cfg: DictConfig, key: str) -> Iterable[tuple[str, object]]:
     (`spoke.sources[].weight` → `spoke.sources[0].weight`, ...). Absent nodes yield nothing:
     `lane.lora` is null on lane=full, `lane.dpo` off the dpo lane; a null Optional value is
     fine here (Hydra already refused null where the schema does not allow it)."""
+    if OmegaConf.select(cfg, key.split(".")[0], default=None) is None:
+        return   # a section absent or missing (`teacher` in a rerun of a training run)
     head, brackets, rest = key.partition("[]")
     if not brackets:
         value = OmegaConf.select(cfg, key, default=None)
@@ -162,8 +165,13 @@ def _nonneg(note: str = "", example: str = "0", **kw) -> Range:
 RANGES: dict[str, Range] = {
     "hw.memory_gb": _pos("the device's memory in GiB; null detects it", "24"),
     "hw.tflops_bf16": _pos("dense bf16 TFLOPS for time estimates; null: unknown", "989"),
-    "hw.lightning.devices": Range(lo=1, hi=1, integer=True, example="1",
-                                  note="mens trains on one device"),
+    "hw.nodes": _count("nodes of the run (world size = hw.devices × hw.nodes)", "1"),
+    "cloud.mfu": Range(lo=0, hi=1, lo_open=True, example="0.35",
+                       note="the assumed model FLOPs utilisation"),
+    "cloud.setup_hours": _nonneg("hours of set-up and download added to each estimate", "0.25"),
+    "cloud.max_age_days": _count("days after which the catalogue is called old", "90"),
+    "cloud.top": _count("rows of the ranked table", "20"),
+    "cloud.tokens": _count("training tokens of one run; null: the spoke's corpus × epochs", "5000000"),
     "hw.headroom.advisory_frac": Range(lo=0, hi=1, lo_open=True, example="0.75",
                                        note="the fraction of memory the runtime hands out"),
     "hw.headroom.reserve_gb": _nonneg("GiB kept back for the driver and OS", "1.5"),
@@ -183,6 +191,15 @@ RANGES: dict[str, Range] = {
     "spoke.seq_len_hint": _count("tokens, used when the spoke has no length manifest", "1024"),
     "spoke.sources[].weight": _nonneg("mix weight, normalised over the spoke's sources; "
                                       "0 leaves a source out", "0.5"),
+    "data.min_rating": Range(lo=0, hi=5, example="3",
+                             note="records with a `rating` below it are dropped; null keeps all"),
+    "data.eval_fraction": Range(lo=0, hi=1, lo_open=True, hi_open=True, example="0.05",
+                                note="the share of records held out (by record hash)"),
+    "data.decontam_n": _nonneg("words per n-gram of the decontamination check; 0 turns it off",
+                               "13"),
+    "data.decontam_threshold": Range(lo=0, hi=1, lo_open=True, example="0.5",
+                                     note="the share of an eval record's n-grams found in "
+                                          "train that removes it"),
     "lane.lora.r": _count("the LoRA rank", "16"),
     "lane.lora.alpha": _count("the LoRA scale numerator (scaling = alpha / r)", "32"),
     "lane.lora.dropout": Range(lo=0, hi=1, hi_open=True, example="0.0",
@@ -216,6 +233,27 @@ RANGES: dict[str, Range] = {
     "serve.max_tokens": _count("tokens when a request sets none", "256"),
     "serve.max_body_bytes": _count("bytes; a larger request body gets 413", "1048576"),
     "serve.max_header_bytes": _count("bytes; larger request headers get 431", "16384"),
+    "gate.max_prompts": _count("held-out prompts per spoke the gate asks and scores", "4"),
+    "gate.max_new_tokens": _count("greedy tokens per gate answer", "48"),
+    "gate.min_improvement_pct": Range(lo=-100, hi=100, example="1",
+                                      note="the % the spoke's eval loss must drop"),
+    "gate.max_collateral_pct": _nonneg("the % another spoke's eval loss may rise", "5"),
+    "gate.min_pass_delta": Range(lo=-1, hi=1, example="0",
+                                 note="the least change of the spoke's pass rate (a fraction)"),
+    "gate.max_collateral_pass_drop": Range(lo=0, hi=1, example="0.5",
+                                           note="the most another spoke's pass rate may fall"),
+    "studio.port": Range(lo=0, hi=65535, integer=True, example="8090",
+                         note="0 takes any free port"),
+    "studio.max_body_bytes": _count("bytes; a larger request body to the studio gets 413",
+                                    "65536"),
+    "afk.max_attempts": _count("starts of one queue item before it is recorded as failed", "3"),
+    "afk.nice": Range(lo=0, hi=19, integer=True, example="10",
+                      note="the niceness added to the queue's children (19: lowest priority)"),
+    "afk.memory_factor": Range(lo=1, example="1.5",
+                               note="× the planned peak (+ afk.memory_overhead_gb) a child's RSS "
+                                    "may reach; null: no limit"),
+    "afk.memory_overhead_gb": _nonneg("GiB of RSS a child has besides the planned window", "2"),
+    "afk.poll_s": _pos("seconds between reads of the child's RSS and the control file", "1"),
     "compare.prompts": _count("held-out prompts asked", "8"),
     "compare.max_tokens": _count("greedy tokens per answer", "48"),
     "calibrate.steps": Range(lo=2, integer=True, example="3",
@@ -226,6 +264,33 @@ RANGES: dict[str, Range] = {
     "calibrate.max_predicted_gb": _pos("GiB of predicted peak above which a shape is skipped; "
                                        "null: run every shape", "48"),
     "calibrate.timeout_s": _pos("seconds before the child is killed", "7200"),
+    "teacher.concurrency": _count("teacher requests in flight at once", "4"),
+    "teacher.max_retries": Range(lo=0, integer=True, example="4",
+                                 note="retries of a 429 / 5xx / timeout before the next candidate"),
+    "teacher.backoff_s": _nonneg("seconds before the first retry; doubles each time", "1"),
+    "teacher.timeout_s": _pos("seconds one teacher request may take", "120"),
+    "teacher.temperature": Range(lo=0, hi=2, example="0.7", note="the sampling temperature"),
+    "teacher.max_tokens": _count("tokens per teacher reply", "4096"),
+    "teacher.candidates[].price_in_per_mtok": _nonneg(
+        "USD per million prompt tokens; null: unknown (cost recorded as null)", "0.4"),
+    "teacher.candidates[].price_out_per_mtok": _nonneg(
+        "USD per million completion tokens; null: unknown (cost recorded as null)", "1.6"),
+    "tree.depth": _count("levels of the topic tree below its root", "3"),
+    "tree.branching": _count("subtopics asked for per node", "4"),
+    "synth.per_leaf": _count("samples asked for per leaf", "8"),
+    "synth.repair_turns": Range(lo=0, hi=10, integer=True, example="2",
+                                note="repair turns after an oracle failure (0: none)"),
+    "synth.seed_examples": _count("seed examples shown per request", "3"),
+    "synth.seed": Range(lo=0, integer=True, example="0",
+                        note="the seed sent to the teacher and used for seed-example picks"),
+    "synth.oracle_timeout_s": _pos("seconds the oracle may take per candidate", "10"),
+    "synth.oracle_memory_mb": Range(lo=64, integer=True, example="1024",
+                                    note="MB of address space for the oracle's child process"),
+    "curate.min_rating": Range(lo=1, hi=5, example="4", note="the lowest rating kept by the filter"),
+    "curate.rating": Range(lo=1, hi=5, integer=True, example="4", note="the rating to set (1-5)"),
+    "curate.near_dup": Range(lo=0, hi=1, lo_open=True, example="0.8",
+                             note="the n-gram Jaccard similarity of a near-duplicate"),
+    "curate.near_dup_n": _count("words per n-gram of the near-duplicate check", "3"),
 }
 
 
@@ -260,18 +325,26 @@ def _check_lane_sections(cfg: DictConfig) -> None:
 
 CHOICES = {
     "hw.backend": ["auto", "cuda", "mps", "cpu"],
+    "hw.strategy": ["auto", "single", "ddp", "fsdp2"],
     "hw.lightning.precision": ["32-true", "bf16-mixed", "bf16-true", "16-mixed"],
     "rung.init": ["pretrained", "random"],
     "spoke.sources[].kind": ["sft", "preference"],
+    "data.source": ["spoke", "file", "hf"],
+    "data.format": list(DATA_FORMATS),
+    "data.collateral": ["spoke", "none"],
     "lane.kind": ["lora", "qlora", "full", "dpo"],
     "lane.precision": ["auto", "bf16", "fp16", "fp32"],
     "lane.quantization.type": ["nf4", "fp4"],
     "lane.optimizer.name": ["adamw", "adamw_8bit", "sgd"],
     "lane.dpo.loss": list(DPO_LOSSES),
     "train.schedule": ["cosine", "linear", "constant"],
+    **{f"train.{k}": ["auto", *v] for k, v in TRAIN_PATHS.items()},
     "logger.kind": ["wandb", "csv", "tensorboard", "none"],
     "serve.device": ["auto", "cpu", "cuda", "mps"],
     "serve.dtype": ["auto", "fp32", "bf16", "fp16"],
+    "teacher.tier": list(TEACHER_TIERS),
+    "synth.strategy": list(SYNTH_STRATEGIES),
+    "curate.verdict": ["passed", "repaired", "unverified"],
 }
 
 

@@ -14,6 +14,7 @@ random.Random(f"{seed}/{spoke}"), so a seed fixes the exact list.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import random
 from pathlib import Path
@@ -241,3 +242,12 @@ def corpus_texts(exclude_eval: bool = True, data_dir: Path | str = DATA_DIR) -> 
                 if exclude_eval and "eval" in rec["split"]:
                     continue
                 yield render(rec)
+
+
+def corpus_lock(spoke: str, corpora: Path | str = CORPORA) -> list[dict]:
+    """The spoke's corpus by content: [{corpus (relative to the corpora dir), sha256, bytes}]
+    (spec.yaml's data_lock for spoke data; gate receipts; the ladder's STALE)."""
+    folder = Path(corpora) / spoke
+    files = sorted(p for p in folder.glob("*.jsonl") if p.is_file()) if folder.is_dir() else []
+    return [{"corpus": f"{spoke}/{p.name}", "sha256": hashlib.sha256(p.read_bytes()).hexdigest(),
+             "bytes": p.stat().st_size} for p in files]

@@ -1,17 +1,44 @@
-"""Records → tokenized Examples (the run's own tokenizer, ChatML, loss on assistant tokens).
+"""Records → tokenized Examples (the run's own tokenizer and chat template; loss on the
+assistant turns, or on every token of a plain-text record).
 
 A record whose answer lies wholly beyond the window has nothing to learn from: it is skipped
-and counted (`unsupervised_records_skipped`), never dropped silently.
+and counted (`unsupervised_records_skipped`), never dropped silently. A plain-text record
+(continued pre-training) longer than the window is cut into windows, each its own example
+(`text_windows`), so no text is lost to truncation.
 """
 from __future__ import annotations
 
-from mens.data.pack import IGNORE, Example, tokenize_chat
+from mens.data.pack import IGNORE, Example
 
 
-def examples_for(records, tokenizer, spec, phases, pairs: bool, max_len: int | None = None):
-    """{record id: Example} (SFT) or {id: (chosen, rejected, pair index)} (pairs), and stats."""
+def run_encoder(tokenizer, spec):
+    """The run's mens.data.encoder.RunEncoder over an already-loaded tokenizer: its own chat
+    template (the embedded tiny rung's is ChatML: the same ids as mens.data.pack.tokenize_chat)."""
+    from mens.data.encoder import RunEncoder
+
+    return RunEncoder.load(tokenizer.name_or_path, getattr(spec, "data", None), tokenizer)
+
+
+def _text_examples(enc, rec: dict, max_len: int, phase: int, stats: dict) -> list[Example]:
+    """Plain text + EOS, labels = ids; windows of max_len tokens (the last may be shorter)."""
+    ids = enc.text_ids(rec["text"])
+    windows = [ids[i:i + max_len] for i in range(0, len(ids), max_len)] or [[]]
+    stats["text_windows"] = stats.get("text_windows", 0) + len(windows)
+    # a last window of one token predicts nothing (labels shift by one): counted, not kept
+    stats["text_windows_dropped"] = stats.get("text_windows_dropped", 0) + sum(
+        len(w) <= 1 for w in windows)
+    return [Example(w, list(w), phase, f"{rec['id']}#{k}" if k else rec["id"])
+            for k, w in enumerate(windows) if len(w) > 1]
+
+
+def examples_for(records, tokenizer, spec, phases, pairs: bool, max_len: int | None = None,
+                 encode=None):
+    """{record id: Example} (SFT/text) or {id: (chosen, rejected, pair index)} (pairs), and
+    stats. encode: a RunEncoder (default: run_encoder(tokenizer, spec))."""
     out, stats = {}, {"unsupervised_records_skipped": 0}
     max_len = max_len or spec.train.seq_len
+    enc = encode or run_encoder(tokenizer, spec)
+    encode = enc.encode
 
     def supervised(*labels) -> bool:   # the window cut off every answer token: nothing to learn
         if all(any(x != IGNORE for x in lab[1:]) for lab in labels):
@@ -24,13 +51,32 @@ def examples_for(records, tokenizer, spec, phases, pairs: bool, max_len: int | N
             continue
         phase = phases.index(r["phase"])
         if pairs:
-            c_ids, c_lab = tokenize_chat(tokenizer, r["prompt"] + r["chosen"], max_len, stats)
-            r_ids, r_lab = tokenize_chat(tokenizer, r["prompt"] + r["rejected"], max_len, stats)
+            c_ids, c_lab = encode(r["prompt"] + r["chosen"], max_len, stats)
+            r_ids, r_lab = encode(r["prompt"] + r["rejected"], max_len, stats)
             if supervised(c_lab, r_lab):
                 out[r["id"]] = (Example(c_ids, c_lab, phase, r["id"]),
                                 Example(r_ids, r_lab, phase, r["id"]), len(out))   # + pair index
+        elif "text" in r:
+            for ex in _text_examples(enc, r, max_len, phase, stats):
+                out[ex.record_id] = ex
         else:
-            ids, labels = tokenize_chat(tokenizer, r["messages"], max_len, stats)
+            ids, labels = encode(r["messages"], max_len, stats)
             if supervised(labels):
                 out[r["id"]] = Example(ids, labels, phase, r["id"])
+    if enc.notes:   # e.g. a system prompt folded into the first user turn: said, and recorded
+        stats["template_notes"] = sorted(enc.notes)
     return out, stats
+
+
+def example_records(records, examples: dict) -> list[dict]:
+    """The records that made an example, one per example: a plain text cut into windows
+    becomes one record per window (id `<id>#k`), so the curriculum orders windows like records."""
+    out = []
+    for r in records:
+        if r["id"] in examples:
+            out.append(r)
+        k = 1
+        while f"{r['id']}#{k}" in examples:
+            out.append({**r, "id": f"{r['id']}#{k}"})
+            k += 1
+    return out

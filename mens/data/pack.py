@@ -234,33 +234,40 @@ def block_causal_mask(segment_ids: torch.Tensor, mask_dtype: torch.dtype | None 
         ~allowed, torch.finfo(mask_dtype).min)
 
 
-def collate(rows: Sequence[Row], mask_dtype: torch.dtype | None = None) -> dict[str, torch.Tensor]:
+def collate(rows: Sequence[Row], mask_dtype: torch.dtype | None = None,
+            mask: bool = True) -> dict[str, torch.Tensor]:
     """Rows → {input_ids, labels, position_ids: (B, S) long; attention_mask: (B, 1, S, S)}.
 
     Pass the dict straight to Qwen3ForCausalLM(**batch). attention_mask is bool for SDPA
     (default); give the model's float dtype for eager (see `mask_dtype_for`).
+    mask=False leaves attention_mask out (no B·S² tensor): for a model switched to per-record
+    attention (mens.train.attention.use_packed_attention), which finds the records from the
+    position_ids resets. Any other attention given such a batch attends across records.
     """
     if not rows:
         raise ValueError("collate needs at least one row")
-    seg = torch.tensor([r.segment_ids for r in rows], dtype=torch.long)           # (B, S)
-    return {
+    batch = {
         "input_ids": torch.tensor([r.input_ids for r in rows], dtype=torch.long),  # (B, S)
         "labels": torch.tensor([r.labels for r in rows], dtype=torch.long),        # (B, S)
         "position_ids": torch.tensor([r.position_ids for r in rows], dtype=torch.long),
-        "attention_mask": block_causal_mask(seg, mask_dtype),                     # (B, 1, S, S)
     }
+    if mask:
+        seg = torch.tensor([r.segment_ids for r in rows], dtype=torch.long)       # (B, S)
+        batch["attention_mask"] = block_causal_mask(seg, mask_dtype)              # (B, 1, S, S)
+    return batch
 
 
 def mask_dtype_for(model_or_config) -> torch.dtype | None:
     """The `collate` mask dtype a model's attention implementation needs (None = bool).
 
-    SDPA: bool. Eager: the model's float dtype (the mask is added to its scores; float32 when
-    unknown, which type promotion makes safe for bf16 scores too). Others refuse: flash-attention
-    ignores a 4-D mask (it packs by position_ids), flex wants a BlockMask.
+    SDPA (and mens_packed, which passes masked calls to SDPA): bool. Eager: the model's float
+    dtype (the mask is added to its scores; float32 when unknown, which type promotion makes
+    safe for bf16 scores too). Others refuse: flash-attention ignores a 4-D mask (it packs by
+    position_ids), flex wants a BlockMask.
     """
     config = getattr(model_or_config, "config", model_or_config)
     impl = getattr(config, "_attn_implementation", None) or "eager"
-    if impl == "sdpa":
+    if impl in ("sdpa", "mens_packed"):   # mens_packed hands any 4-D mask to sdpa unchanged
         return None
     if impl == "eager":
         dtype = getattr(model_or_config, "dtype", None)  # a model's, or transformers 5 config.dtype

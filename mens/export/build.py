@@ -88,11 +88,12 @@ def task(cfg: DictConfig, out_dir: Path) -> int:
 
 def build(src: dict, out: Path, ex, types: list[str]) -> dict:
     """Write every requested file (each atomically), then the manifest. Returns the manifest."""
-    from mens.export.gguf import (LLAMA_TYPES, LOSSLESS, llama_quantize, scratch_path,
+    from mens.export.gguf import (LLAMA_TYPES, LOSSLESS, llama_quantize, preflight, scratch_path,
                                  write_adapter_gguf, write_model_gguf)
     from mens.export.merge import MergedWeights, SafetensorsDir, write_hf_dir
 
-    notes: list[str] = list(src["notes"])
+    # every refusal (an architecture or tokenizer llama.cpp cannot take) before any file
+    notes: list[str] = list(src["notes"]) + preflight(src["config_dir"])
     files: list[dict] = []
     base = SafetensorsDir(src["weights"])
     merged = MergedWeights(base, src["adapter"], ex.dtype, src["qlora"])
@@ -137,7 +138,7 @@ def build(src: dict, out: Path, ex, types: list[str]) -> dict:
             files.append(_entry(out, p, "base_gguf", ex.base_gguf))
             print(f"  {p.name:<24} {_mib(p)} (base for adapter.gguf)")
     if ex.modelfile:
-        files += _modelfiles(out, src, types, base_file, adapter_file)
+        files += _modelfiles(out, src, types, base_file, adapter_file, notes)
     manifest = {
         "source_run": str(src["run"]), "lane": src["lane"], "base": src["base"],
         "merge": {"dtype": merged.out_dtype, "qlora_dequantized": src["qlora"],
@@ -153,9 +154,10 @@ def build(src: dict, out: Path, ex, types: list[str]) -> dict:
     return manifest
 
 
-def _modelfiles(out: Path, src: dict, types, base_file, adapter_file) -> list[dict]:
-    from mens.export.modelfile import modelfile_text
+def _modelfiles(out: Path, src: dict, types, base_file, adapter_file, notes) -> list[dict]:
+    from mens.export.modelfile import modelfile_plan, modelfile_text
 
+    notes += modelfile_plan(src["config_dir"])[2]   # e.g. a chat format Ollama cannot express
     merged = next((f"model-{t}.gguf" for t in types), None)
     pairs = []
     if base_file and adapter_file:
@@ -166,7 +168,8 @@ def _modelfiles(out: Path, src: dict, types, base_file, adapter_file) -> list[di
         pairs.append(("Modelfile", merged, None))
     entries = []
     for fname, frm, adapter in pairs:
-        atomic_write(out / fname, modelfile_text(frm, adapter, str(src["run"])))
+        atomic_write(out / fname, modelfile_text(frm, adapter, str(src["run"]),
+                                                 hf_dir=src["config_dir"]))
         entries.append(_entry(out, out / fname, "modelfile", None))
         print(f"  {fname:<24} FROM {frm}" + (f" + ADAPTER {adapter}" if adapter else ""))
     return entries
@@ -226,7 +229,7 @@ def _base_identity(rc) -> dict:
         out["resolved"] = "sha256:" + sums[sums.index("model.safetensors") - 1]
     elif not r.path:
         from mens.plan.weights import find_weights
-        st = find_weights(r.repo_id, r.revision)
+        st = find_weights(r.repo_id, getattr(r, "commit", None) or r.revision)
         out["resolved"] = st.resolved_revision
     out["ref"] = f"{r.repo_id}@{out.get('resolved') or r.revision or 'unpinned'}"
     return out

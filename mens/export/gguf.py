@@ -1,10 +1,11 @@
-"""GGUF files with gguf-py: the merged (or base) Qwen3 model, and the LoRA adapter.
+"""GGUF files with gguf-py: the merged (or base) model, and the LoRA adapter.
 
 Names and keys follow llama.cpp's converters (convert_hf_to_gguf.py, convert_lora_to_gguf.py):
-arch `qwen3`, tensor names from `gguf.get_tensor_name_map`, a gpt2-BPE tokenizer with pre `qwen2`,
-1-D tensors (norms) kept F32 at every type. Tensors stream: the header is written from shapes
-alone (`add_tensor_info`), then each tensor is read, quantised by gguf-py and written before the
-next is read. K-quants (q4_k_m …) have no gguf-py quantiser: llama.cpp's own
+the family's llama.cpp arch, tensor transforms and keys (mens/export/arch.py, from config.json's
+model_type), tensor names from `gguf.get_tensor_name_map`, a gpt2-BPE tokenizer whose `pre` names
+its split regex, 1-D tensors (norms) kept F32 at every type. Tensors stream: the header is
+written from shapes alone (`add_tensor_info`), then each tensor is read, transformed for its
+family, quantised by gguf-py and written before the next is read. K-quants (q4_k_m …) have no gguf-py quantiser: llama.cpp's own
 (`llama_model_quantize`, via llama-cpp-python) makes them from a lossless GGUF.
 Every file is written under a temp name and renamed into place when complete.
 """
@@ -16,6 +17,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from mens.errors import ConfigError
+from mens.export import arch
 
 # gguf-py quantises these in numpy, bit-exact with ggml (gguf/quants.py)
 NUMPY_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1")
@@ -57,20 +59,34 @@ def _ggml_type(name: str):
             "q5_0": gguf.GGMLQuantizationType.Q5_0, "q5_1": gguf.GGMLQuantizationType.Q5_1}[name]
 
 
-def tensor_plan(src, hf_dir: Path, qtype: str) -> list[tuple[str, str, tuple, object]]:
-    """(hf name, gguf name, shape, ggml type) per tensor; the tied lm_head is not written."""
+def _tied(cfg: dict, hf_dir: Path) -> bool:
+    """Whether lm_head is the embedding: config.json, else the config class's default (Gemma
+    configs often leave it out and default to tied)."""
+    if "tie_word_embeddings" in cfg:
+        return bool(cfg["tie_word_embeddings"])
+    from transformers import AutoConfig
+    return bool(AutoConfig.from_pretrained(str(hf_dir)).tie_word_embeddings)
+
+
+def tensor_plan(src, hf_dir: Path, qtype: str) -> list[tuple[str | None, str, tuple, object]]:
+    """(hf name, gguf name, shape, ggml type) per tensor; the tied lm_head is not written; the
+    family's extra tensors (Llama 3.1 rope_freqs) come last with hf name None."""
     import gguf
 
-    cfg = json.loads((hf_dir / "config.json").read_text())
-    name_map = gguf.get_tensor_name_map(gguf.MODEL_ARCH.QWEN3, cfg["num_hidden_layers"])
+    cfg = arch.load_config(hf_dir)
+    fam = arch.family_of(cfg, hf_dir)
+    arch.check_supported(fam, cfg, hf_dir)
+    name_map = arch.name_map(fam, cfg)
+    tied = _tied(cfg, hf_dir)
     plan = []
     for n in src.names:
-        if n == "lm_head.weight" and cfg.get("tie_word_embeddings"):
+        if n == "lm_head.weight" and tied:
             continue
         g = name_map.get_name(n, try_suffixes=(".weight", ".bias"))
         if g is None:
-            raise ConfigError(f"{hf_dir}: tensor {n} has no GGUF name for arch qwen3; mens "
-                              f"exports Qwen3ForCausalLM models only.", key="export.gguf")
+            raise ConfigError(f"{hf_dir}: tensor {n} has no GGUF name for llama.cpp's arch "
+                              f"`{fam.arch}` ({fam.model_type}); mens exports the families' "
+                              f"plain *ForCausalLM models only.", key="export.gguf")
         shape = tuple(src.shapes[n])
         t = _ggml_type(qtype)
         if len(shape) < 2:
@@ -78,26 +94,28 @@ def tensor_plan(src, hf_dir: Path, qtype: str) -> list[tuple[str, str, tuple, ob
         elif shape[-1] % gguf.GGML_QUANT_SIZES[t][0]:
             t = gguf.GGMLQuantizationType.F16   # rows not a block multiple: as the converters do
         plan.append((n, g, shape, t))
+    for g, x in arch.extra_tensors(fam, cfg).items():
+        plan.append((None, g, tuple(x.shape), gguf.GGMLQuantizationType.F32))
     return plan
+
+
+def preflight(hf_dir: Path) -> list[str]:
+    """Everything a GGUF export of hf_dir can refuse, checked before any file is written (exit 2
+    naming the cause: family, config, tokenizer kind); returns notes for the manifest."""
+    cfg = arch.load_config(hf_dir)
+    fam = arch.family_of(cfg, hf_dir)
+    arch.check_supported(fam, cfg, hf_dir)
+    arch.tokenizer_pre(Path(hf_dir))
+    return arch.notes(fam, cfg)
 
 
 def _model_metadata(w, hf_dir: Path, qtype: str, name: str) -> None:
     import gguf
 
-    cfg = json.loads((hf_dir / "config.json").read_text())
-    rope = (cfg.get("rope_parameters") or {}).get("rope_theta", cfg.get("rope_theta", 1e6))
+    cfg = arch.load_config(hf_dir)
     w.add_type(gguf.GGUFType.MODEL)
     w.add_name(name)
-    w.add_block_count(cfg["num_hidden_layers"])
-    w.add_context_length(cfg["max_position_embeddings"])
-    w.add_embedding_length(cfg["hidden_size"])
-    w.add_feed_forward_length(cfg["intermediate_size"])
-    w.add_head_count(cfg["num_attention_heads"])
-    w.add_head_count_kv(cfg["num_key_value_heads"])
-    w.add_key_length(cfg["head_dim"])
-    w.add_value_length(cfg["head_dim"])
-    w.add_rope_freq_base(float(rope))
-    w.add_layer_norm_rms_eps(float(cfg["rms_norm_eps"]))
+    arch.add_metadata(w, arch.family_of(cfg, hf_dir), cfg)
     w.add_file_type(getattr(gguf.LlamaFileType, FILE_TYPES[qtype]))
     w.add_quantization_version(gguf.GGML_QUANT_VERSION)
     add_tokenizer(w, hf_dir, cfg["vocab_size"])
@@ -108,10 +126,12 @@ def add_tokenizer(w, hf_dir: Path, n_vocab: int) -> None:
     import gguf
     from transformers import AutoTokenizer
 
+    hf_dir = Path(hf_dir)
     if not (hf_dir / "tokenizer.json").is_file():
         raise ConfigError(f"{hf_dir} has no tokenizer.json: a GGUF carries the tokenizer, so the "
                           f"model dir needs its fast (byte-level BPE) tokenizer.",
                           key="export.gguf")
+    arch.tokenizer_pre(hf_dir)               # exit 2 (naming the kind) before gguf-py's assert
     vocab = gguf.BpeVocab(hf_dir)            # checks: byte-level BPE, no byte fallback
     tokens = [t for t, _, _ in vocab.bpe_tokens()] + list(vocab.added_tokens_list)
     types = [gguf.TokenType.NORMAL] * len(tokens)
@@ -124,7 +144,7 @@ def add_tokenizer(w, hf_dir: Path, n_vocab: int) -> None:
         tokens.append(f"[PAD{i}]")
         types.append(gguf.TokenType.UNUSED)
     w.add_tokenizer_model("gpt2")
-    w.add_tokenizer_pre("qwen2")             # Qwen2/Qwen3 split regex; the tiny tokenizer uses it
+    w.add_tokenizer_pre(arch.tokenizer_pre(hf_dir))   # the llama.cpp name of its split regex
     w.add_token_list(tokens)
     w.add_token_types(types)
     special = gguf.SpecialVocab(hf_dir, load_merges=True, n_vocab=len(tokens))
@@ -136,13 +156,17 @@ def add_tokenizer(w, hf_dir: Path, n_vocab: int) -> None:
 
 
 def write_model_gguf(src, hf_dir: Path, out: Path, qtype: str, name: str) -> Path:
-    """A complete qwen3 GGUF of `src` (a SafetensorsDir or MergedWeights) at type `qtype`."""
+    """A complete GGUF of `src` (a SafetensorsDir or MergedWeights) at type `qtype`, in the
+    llama.cpp architecture of config.json's model_type (mens/export/arch.py)."""
     import gguf
     import numpy as np
 
     plan = tensor_plan(src, hf_dir, qtype)
+    cfg = arch.load_config(hf_dir)
+    fam = arch.family_of(cfg, hf_dir)
+    extra = arch.extra_tensors(fam, cfg)
     with atomic_path(out) as tmp:
-        w = gguf.GGUFWriter(tmp, "qwen3")
+        w = gguf.GGUFWriter(tmp, fam.arch)
         _model_metadata(w, hf_dir, qtype, name)
         for _, g, shape, t in plan:           # header from shapes alone: nothing loaded yet
             byte_shape = gguf.quant_shape_to_byte_shape(shape, t)
@@ -152,8 +176,9 @@ def write_model_gguf(src, hf_dir: Path, out: Path, qtype: str, name: str) -> Pat
         w.write_kv_data_to_file()
         w.write_ti_data_to_file()
         from tqdm.auto import tqdm
-        for n, _, _, t in tqdm(plan, desc=f"export {out.name}", unit="tensor", leave=False):
-            w.write_tensor_data(_convert(src.get(n), t))   # one tensor in memory at a time
+        for n, g, _, t in tqdm(plan, desc=f"export {out.name}", unit="tensor", leave=False):
+            x = extra[g] if n is None else arch.transform(fam, cfg, n, src.get(n))
+            w.write_tensor_data(_convert(x, t))            # one tensor in memory at a time
         w.close()
     return out
 
@@ -180,10 +205,12 @@ def write_adapter_gguf(adapter, hf_dir: Path, out: Path, name: str) -> Path:
     import gguf
     import numpy as np
 
-    cfg = json.loads((hf_dir / "config.json").read_text())
-    name_map = gguf.get_tensor_name_map(gguf.MODEL_ARCH.QWEN3, cfg["num_hidden_layers"])
+    cfg = arch.load_config(hf_dir)
+    fam = arch.family_of(cfg, hf_dir)
+    arch.check_supported(fam, cfg, hf_dir)     # an adapter of a base llama.cpp can't run
+    name_map = arch.name_map(fam, cfg)
     with atomic_path(out) as tmp:
-        w = gguf.GGUFWriter(tmp, "qwen3")
+        w = gguf.GGUFWriter(tmp, fam.arch)     # llama.cpp requires the base's architecture
         w.add_type(gguf.GGUFType.ADAPTER)
         w.add_name(name)
         w.add_string(gguf.Keys.Adapter.TYPE, "lora")
@@ -195,9 +222,11 @@ def write_adapter_gguf(adapter, hf_dir: Path, out: Path, name: str) -> Path:
                                   f"(llama.cpp adapts the block matrices only); set "
                                   f"export.adapter_gguf=false and use the merged GGUF.",
                                   key="export.adapter_gguf")
-            # PEFT's A [r, in] and B [out, r] as they are; gguf-py reverses dims into ne
-            w.add_tensor(f"{g}.lora_a", a.numpy().astype(np.float32))
-            w.add_tensor(f"{g}.lora_b", b.numpy().astype(np.float32))
+            # PEFT's A [r, in] and B [out, r]; B's rows permuted as the base's q/k rows are
+            # (llama/mistral); gguf-py reverses dims into ne
+            b = arch.transform_lora_b(fam, cfg, n, b)
+            w.add_tensor(f"{g}.lora_a", a.float().numpy().astype(np.float32))
+            w.add_tensor(f"{g}.lora_b", b.float().contiguous().numpy().astype(np.float32))
         w.write_header_to_file()
         w.write_kv_data_to_file()
         w.write_tensors_to_file()

@@ -55,7 +55,9 @@ def hf_model(config_dir: Path, src, emulate: str | None = None):
         from contextlib import nullcontext as no_init_weights
     config = AutoConfig.from_pretrained(str(config_dir))
     with no_init_weights():
-        model = AutoModelForCausalLM.from_config(config, dtype=torch.float32).eval()
+        # eager: Gemma 2's attention softcapping exists only there (sdpa would skip it)
+        model = AutoModelForCausalLM.from_config(config, dtype=torch.float32,
+                                                 attn_implementation="eager").eval()
     state = {n: src.get(n).float() for n in src.names}
     rt = {"f16": torch.float16, "bf16": torch.bfloat16}.get(emulate)
     if rt is not None:
@@ -169,8 +171,10 @@ def verify_export(out: Path, manifest: dict, src: dict) -> dict:
             f32 = write_model_gguf(merged, config_dir, Path(tmp) / "model-f32.gguf", "f32", "ref")
         llm = llama(f32)
         res["tokenizer"] = tok_check(llm, tok)
-        if res["tokenizer"]["identical"] != res["tokenizer"]["of"]:
-            fail(f"tokenizer: {res['tokenizer']['first_mismatch']}")
+        res["tokenizer_specials"] = tok_check(llm, tok, tok_texts(tok))
+        for k in ("tokenizer", "tokenizer_specials"):
+            if res[k]["identical"] != res[k]["of"]:
+                fail(f"{k}: {res[k]['first_mismatch']}")
         got = [llama_greedy(llm, p) for p in ps]
         res["gguf"]["f32"] = a = exact(got, ref, ps, ref_model)
         if not a["ok"]:
@@ -239,16 +243,32 @@ def _adapter_checks(res, out, manifest, src, ps, ref, tmp: Path) -> None:
         b["base"] = manifest["base_gguf"]
 
 
-def tok_check(llm, tok) -> dict:
+def tok_texts(tok) -> list[str]:
+    """Texts with the tokenizer's own special tokens and a chat-rendered probe (each family has
+    its own specials: <|eot_id|>, <start_of_turn>, [INST] ...), beside the fixed TEXTS."""
+    from mens.export.modelfile import PROBES
+
+    out = ["x" + "y".join(tok.all_special_tokens) + "z"]
+    if tok.chat_template:
+        try:
+            out.append(tok.apply_chat_template(PROBES[1], tokenize=False,
+                                               add_generation_prompt=True))
+        except Exception:     # noqa: BLE001 — a chat template that refuses the system turn
+            out.append(tok.apply_chat_template(PROBES[0], tokenize=False,
+                                               add_generation_prompt=True))
+    return out
+
+
+def tok_check(llm, tok, texts=TEXTS) -> dict:
     n, first = 0, None
-    for text in TEXTS:
+    for text in texts:
         for special in (True, False):
             want = tok(text, add_special_tokens=special).input_ids
             got = llm.tokenize(text.encode(), add_bos=special, special=True)
             n += got == want
             if got != want and first is None:
                 first = f"{text!r}: llama.cpp {got} vs transformers {want}"
-    return {"identical": n, "of": 2 * len(TEXTS), "first_mismatch": first}
+    return {"identical": n, "of": 2 * len(texts), "first_mismatch": first}
 
 
 def report_lines(res: dict) -> list[str]:

@@ -42,7 +42,8 @@ def weights_dir(rung) -> Path:
         return here
     from mens.plan.weights import find_weights, missing_weights_message
 
-    st = find_weights(_field(rung, "repo_id"), _field(rung, "revision"))
+    # the commit the run resolved (spec.yaml), so a re-run loads that very snapshot
+    st = find_weights(_field(rung, "repo_id"), _field(rung, "commit") or _field(rung, "revision"))
     if not st.present:
         raise ConfigError(missing_weights_message(st), key="rung")
     return Path(st.path)
@@ -65,18 +66,83 @@ def load_tokenizer(rung, notes: list[str] | None = None):
     return AutoTokenizer.from_pretrained(str(path))
 
 
-def qwen3_config(rung):
-    """The Qwen3Config of a rung, or of a mens.plan.memory.Arch (architecture only)."""
-    from transformers import Qwen3Config
+def _family_of(rung):
+    """The family row of a model_type string, an Arch, or a rung (its `family`, qwen3 when the
+    rung predates the field)."""
+    from mens.plan.families import family
+    from mens.plan.memory import Arch
+
+    if isinstance(rung, str):
+        return family(rung)
+    return family(rung.family if isinstance(rung, Arch) else (_field(rung, "family") or "qwen3"))
+
+
+def _dir_model_type(path: Path) -> str | None:
+    """model_type of a model directory's config.json (a multimodal wrapper's text model)."""
+    import json
+
+    from mens.plan.families import WRAPPERS
+
+    try:
+        mt = json.loads((path / "config.json").read_text()).get("model_type")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return WRAPPERS.get(mt, mt)
+
+
+def _config_json(rung) -> Path | None:
+    """A rung's own config.json, when rung.path points at a model directory with one."""
+    path = _field(rung, "path")
+    if path and (Path(path) / "config.json").is_file():
+        return Path(path) / "config.json"
+    return None
+
+
+def hf_config(rung):
+    """The transformers config of a rung (or of a mens.plan.memory.Arch): the family's config
+    class filled with the rung's numbers — or, for a rung whose `path` holds a config.json, that
+    file itself (through its text_config for a multimodal wrapper), so what the rung fields do
+    not carry (Gemma's soft-capping and sliding windows, Llama 3.1's rope scaling) stays exact."""
+    import transformers
 
     from mens.plan.memory import Arch
 
+    if not isinstance(rung, Arch) and (own := _config_json(rung)) is not None:
+        config = transformers.AutoConfig.from_pretrained(str(own.parent))
+        return config.get_text_config()
+    fam = _family_of(rung)
+    cls = getattr(transformers, fam.config_class)
     if isinstance(rung, Arch):
         keys = dict(zip(ARCH_KEYS, (rung.hidden, rung.intermediate, rung.layers, rung.heads,
                                     rung.kv_heads, rung.head_dim, rung.vocab, rung.tied)))
-        return Qwen3Config(**keys, **OPTIONAL)
-    return Qwen3Config(**{k: _field(rung, k) for k in ARCH_KEYS},
-                       **{k: _field(rung, k, v) for k, v in OPTIONAL.items()})
+        # Qwen3's published values, as before; other families take their class defaults
+        optional = OPTIONAL if fam.model_type == "qwen3" else {
+            k: fam.defaults[k] for k in OPTIONAL}
+        return cls(**keys, **optional)
+    return cls(**{k: _field(rung, k) for k in ARCH_KEYS},
+               **{k: _field(rung, k, v) for k, v in OPTIONAL.items()})
+
+
+def qwen3_config(rung):
+    """Former name of hf_config (from when mens knew only Qwen3); kept for its callers."""
+    return hf_config(rung)
+
+
+def causal_lm_class(rung):
+    """The transformers *ForCausalLM class of a rung's, an Arch's or a model_type's family."""
+    import transformers
+
+    return getattr(transformers, _family_of(rung).causal_lm_class)
+
+
+def attn_implementation(rung, requested: str = "sdpa") -> tuple[str, str | None]:
+    """The attention implementation a rung's family can train with, and a note when it is not
+    the requested one (Gemma 2: eager, because only eager implements its logit soft-capping)."""
+    fam = _family_of(rung)
+    if fam.attn and fam.attn != requested:
+        return fam.attn, (f"attention: {fam.model_type} uses {fam.attn} attention, not "
+                          f"{requested}: {fam.attn_reason}")
+    return requested, None
 
 
 def base_dtype(kind: str, precision: str):
@@ -87,22 +153,38 @@ def base_dtype(kind: str, precision: str):
 
 
 def load_base(rung, kind: str = "lora", precision: str = "fp32", backend: str = "cpu",
-              seed: int = 0, quantization=None, attn: str = "sdpa"):
+              seed: int = 0, quantization=None, attn: str = "sdpa",
+              notes: list[str] | None = None):
     """The base model, before any adapter. Seeded so random init is reproducible.
-    kind: the lane's kind (full keeps fp32 masters; qlora quantises as weights load)."""
+    kind: the lane's kind (full keeps fp32 masters; qlora quantises as weights load).
+    attn: the requested attention; a family that needs another (Gemma 2: eager) gets it, and
+    `notes` (or stdout, without a list) says so — the caller's packing mask must match it."""
     import torch
-    from transformers import AutoModelForCausalLM, BitsAndBytesConfig, Qwen3ForCausalLM
+    from transformers import AutoModelForCausalLM, BitsAndBytesConfig
 
+    random = _field(rung, "init") == "random"
+    where = None if random else weights_dir(rung)   # ConfigError before anything loads
+    # the weights' own config.json decides the family when there is one (rung.family may be
+    # the default of a rung that never read it)
+    own = _dir_model_type(where) if where is not None else (
+        _dir_model_type(_config_json(rung).parent) if _config_json(rung) else None)
+    attn, note = attn_implementation(own or rung, attn)
+    if note and notes is not None:
+        notes.append(note)
+    elif note:
+        print(f"mens: {note}")
     torch.manual_seed(seed)
     dtype = base_dtype(kind, precision)
-    if _field(rung, "init") == "random":
+    if random:
         if kind == "qlora":
             raise ConfigError("lane=qlora with rung.init=random is not supported: bitsandbytes "
                               "quantises weights as they load; use lane=lora for random weights.",
                               key="lane")
-        config = qwen3_config(rung)
+        config = hf_config(rung)
         config._attn_implementation = attn
-        return Qwen3ForCausalLM(config).to(dtype)
+        # the family's class from its config (what AutoModelForCausalLM.from_config picks; the
+        # text model of a multimodal wrapper), built directly so a seed gives the same weights
+        return causal_lm_class(config.model_type)(config).to(dtype)
     kwargs = {"dtype": dtype, "attn_implementation": attn}
     if kind == "qlora":
         q = quantization
@@ -111,7 +193,7 @@ def load_base(rung, kind: str = "lora", precision: str = "fp32", backend: str = 
                       quantization_config=BitsAndBytesConfig(
                           load_in_4bit=True, bnb_4bit_quant_type=q.type,
                           bnb_4bit_use_double_quant=q.double_quant, bnb_4bit_compute_dtype=compute))
-    return AutoModelForCausalLM.from_pretrained(str(weights_dir(rung)), **kwargs)
+    return AutoModelForCausalLM.from_pretrained(str(where), **kwargs)
 
 
 def _device(backend: str) -> str:
@@ -154,7 +236,7 @@ def load_model(spec, notes: list[str] | None = None, before_base=None, attn: str
     if before_base is not None:
         before_base()
     base = load_base(spec.rung, spec.lane.kind, spec.lane.precision, spec.hw.backend,
-                     spec.train.seed, spec.lane.quantization, attn)
+                     spec.train.seed, spec.lane.quantization, attn, notes)
     return apply_lane(base, spec.lane, spec.train.init_adapter), tokenizer
 
 

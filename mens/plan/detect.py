@@ -39,6 +39,7 @@ class Detected:
     bf16: bool
     source: str  # one line: how available_gb was obtained
     notes: tuple[str, ...] = ()  # loud fallbacks
+    count: int = 1  # devices of this backend visible here (CUDA: torch.cuda.device_count())
 
 
 class DetectionError(Exception):
@@ -224,7 +225,8 @@ def _detect_cuda() -> Detected:
         raise DetectionError(f"Querying the CUDA device failed ({type(e).__name__}: {e}); "
                              f"check nvidia-smi, or {_FIX}.") from e
     notes = (f"{count} CUDA devices visible; budget is for the current device only",) if count > 1 else ()
-    return Detected("cuda", name, total / GiB, free / GiB, bf16, "cuda mem_get_info free", notes)
+    return Detected("cuda", name, total / GiB, free / GiB, bf16, "cuda mem_get_info free", notes,
+                    count)
 
 
 # ------------------------------------------------------------------------ CPU

@@ -14,11 +14,18 @@ from typing import Mapping
 import yaml
 
 from mens.config.schema import LORA_TARGETS
+from mens.plan.families import family
 from mens.resources import CONTRACT as CONTRACT_PATH
 DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
 GiB = 2**30
 # Added to an uncalibrated cell at least (plan.uncalibrated_margin may ask for more).
 MIN_UNCALIBRATED_MARGIN = 0.25
+# The chunked loss's fp32 logits per chunk (mens.train.chunked_ce reads it: one owner).
+LOGITS_CHUNK_BYTES = 128 * 2**20
+# glibc's mmap threshold under train.heap=fixed (mens.train.allocator reads it).
+FIXED_MMAP_THRESHOLD = 8 * 2**20
+# The default training paths when a contract names none (what the cells were fitted on).
+DEFAULT_PATHS = {"attention": "block_mask", "loss": "full_logits", "heap": "default"}
 
 
 @dataclass(frozen=True)
@@ -31,12 +38,17 @@ class Arch:
     head_dim: int        # d
     vocab: int           # V
     tied: bool
+    family: str = "qwen3"   # config.json's model_type (mens.plan.families)
 
     @classmethod
     def of(cls, rung) -> "Arch":
-        return cls(rung.hidden_size, rung.intermediate_size, rung.num_hidden_layers,
-                   rung.num_attention_heads, rung.num_key_value_heads, rung.head_dim,
-                   rung.vocab_size, bool(rung.tie_word_embeddings))
+        """A rung's architecture: a schema dataclass, its frozen twin, a DictConfig or a dict
+        (spec.yaml). A rung without `family` predates the field: Qwen3, the only family then."""
+        get = rung.get if isinstance(rung, Mapping) else lambda k, d=None: getattr(rung, k, d)
+        return cls(get("hidden_size"), get("intermediate_size"), get("num_hidden_layers"),
+                   get("num_attention_heads"), get("num_key_value_heads"), get("head_dim"),
+                   get("vocab_size"), bool(get("tie_word_embeddings")),
+                   get("family", None) or "qwen3")
 
     def linear_shapes(self) -> dict[str, tuple[int, int]]:
         """(in, out) of each linear layer in one decoder layer, by PEFT target name."""
@@ -46,14 +58,20 @@ class Arch:
                 "gate_proj": (h, i), "up_proj": (h, i), "down_proj": (i, h)}
 
     def params(self) -> dict[str, int]:
-        """Exact parameter counts of Qwen3ForCausalLM (no biases; q/k RMSNorm over head_dim)."""
+        """Exact parameter counts of the family's *ForCausalLM: linear weights, q/k/v biases
+        (Qwen2), q/k RMSNorm over head_dim (Qwen3, Gemma 3), 2 or 4 hidden-sized norms per
+        layer (4 in Gemma 2/3) plus the final norm, and an lm_head unless tied."""
+        fam = family(self.family)   # ConfigError for one mens does not support
         linear = sum(a * b for a, b in self.linear_shapes().values())
-        norms = 2 * self.hidden + 2 * self.head_dim
+        q, kv = self.heads * self.head_dim, self.kv_heads * self.head_dim
+        biases = q + 2 * kv if fam.qkv_bias else 0
+        norms = fam.norms_per_layer * self.hidden + (2 * self.head_dim if fam.qk_norm else 0)
         embed = self.vocab * self.hidden
         lm_head = 0 if self.tied else embed
-        total = embed + self.layers * (linear + norms) + self.hidden + lm_head
+        total = embed + self.layers * (linear + biases + norms) + self.hidden + lm_head
         return {"embed": embed, "lm_head": lm_head, "linear": self.layers * linear,
-                "norms": self.layers * norms + self.hidden, "total": total}
+                "biases": self.layers * biases, "norms": self.layers * norms + self.hidden,
+                "total": total}
 
     def lora_params(self, r: int, targets) -> int:
         shapes = self.linear_shapes()
@@ -132,10 +150,19 @@ def precision_class(precision: str) -> str:
     return "fp32" if DTYPE_BYTES[precision] == 4 else "half"
 
 
+def contract_paths(contract: Mapping) -> dict:
+    return {**DEFAULT_PATHS, **(contract.get("paths") or {})}
+
+
 def components(arch: Arch, lane: LaneModel, shape: Shape, backend: str,
-               contract: Mapping) -> dict[str, int]:
-    """Bytes of each component of the peak, before the cell's correction."""
+               contract: Mapping, paths: Mapping | None = None, world: int = 1,
+               strategy: str = "single") -> dict[str, int]:
+    """Bytes of each component of ONE device's peak, before the cell's correction. `paths`:
+    the training paths (train.attention / loss / heap, resolved); None: the contract's own.
+    `world` devices under `strategy` (single | ddp | fsdp2): see sharded()."""
     m = contract["model"]
+    paths = {**contract_paths(contract), **(paths or {})}
+    masked = shape.packing and paths["attention"] == "block_mask"
     p = arch.params()
     wb = DTYPE_BYTES[lane.precision]           # frozen weights and activations
     tb = m["trainable_bytes"]                  # fp32 adapters / master weights
@@ -166,6 +193,8 @@ def components(arch: Arch, lane: LaneModel, shape: Shape, backend: str,
     # mmap and returns them when freed; smaller ones come from its heap, which keeps freed
     # chunks — their coefficient carries that retention, the large ones' stays near 1.
     big = (m["mmap_threshold_mib"].get(backend) or 0) * 2**20
+    if paths["heap"] == "fixed" and backend == "cpu":
+        big = FIXED_MMAP_THRESHOLD
 
     def cut(tensor_bytes: int, total: int) -> tuple[int, int]:
         """(heap-sized, mmapped) shares of `total` bytes made of tensors of `tensor_bytes`."""
@@ -186,7 +215,7 @@ def components(arch: Arch, lane: LaneModel, shape: Shape, backend: str,
     if m["attn_scores_materialised"].get(backend, True):   # (b, a, s, s) softmax in + out
         for j, v in enumerate(cut(b * arch.heads * s * s * wb, 2 * wb * arch.heads * b * s * s)):
             layer[j] += v
-    if shape.packing:                          # sdpa turns the bool mask into an additive one
+    if masked:                                 # sdpa turns the bool mask into an additive one
         copies = m["mask_copies"].get(backend, 1)
         for j, v in enumerate(cut(b * s * s * wb, copies * wb * b * s * s)):
             layer[j] += v
@@ -207,6 +236,12 @@ def components(arch: Arch, lane: LaneModel, shape: Shape, backend: str,
         retention += ret["dequant"] * L * sum(
             cut(a * o * wb, a * o * wb)[0] for a, o in arch.linear_shapes().values())
 
+    comm = 0
+    if world > 1 and strategy == "fsdp2":
+        weights, trainable, largest, comm = sharded(arch, weights, trainable, largest, world, tb)
+    elif world > 1:   # DDP: a replica per device, and buckets holding a flat copy of the grads
+        comm = trainable * tb
+
     comps = {
         "weights": int(weights),
         # under autocast (16-bit runs) each fp32 trainable weight also has a 16-bit copy
@@ -217,12 +252,41 @@ def components(arch: Arch, lane: LaneModel, shape: Shape, backend: str,
                          + optimizer_step_bytes(m, backend, lane, trainable, largest)),
         "activations": int(act[0]),
         "large_activations": int(act[1]),
-        "logits": int(b * s * arch.vocab * (wb + 4 * m["logits_fp32_copies"])),
-        "packing_mask": int(b * s * s * m["packing_mask_bytes"]) if shape.packing else 0,
+        "logits": logits_bytes(arch, b * s, wb, m, paths["loss"]),
+        "packing_mask": int(b * s * s * m["packing_mask_bytes"]) if masked else 0,
         "retention": int(retention),
         "overhead": int(m["overhead_gb"][backend] * GiB),
     }
+    if world > 1:
+        comps["communication"] = int(comm)
     return comps
+
+
+def sharded(arch: Arch, weights: int, trainable: int, largest: int, world: int,
+            tb: int) -> tuple[int, int, int, int]:
+    """FSDP2 with `fully_shard` per decoder layer and on the root: each device keeps 1/world of
+    every parameter (with its gradient and optimizer state). In use, a layer is all-gathered
+    whole (fp32) and its gradient reduce-scattered from a whole-size buffer; the next layer is
+    prefetched meanwhile: two layers' parameters and one layer's gradient at once. The root
+    (embeddings, lm_head, final norm) is gathered for the whole step, with its gradient."""
+    p = arch.params()
+    per_layer = (p["total"] - p["embed"] - p["lm_head"] - arch.hidden) // arch.layers
+    root = p["embed"] + p["lm_head"] + arch.hidden
+    gathered = (2 * per_layer + per_layer + 2 * root) * tb
+    own = -(-trainable // world)
+    return weights // world, own, -(-largest // world), gathered
+
+
+def logits_bytes(arch: Arch, tokens: int, wb: int, m: Mapping, loss: str) -> int:
+    """full_logits: b·s·V in the compute dtype, its fp32 upcast and gradient. chunked
+    (mens.train.chunked_ce): one chunk's fp32 logits (+ the compute-dtype matmul output below
+    fp32; + the soft-cap's tanh for Gemma 2), and the (b·s, h) gradient of the hidden states
+    made in the forward."""
+    if loss != "chunked":
+        return int(tokens * arch.vocab * (wb + 4 * m["logits_fp32_copies"]))
+    rows = min(tokens, max(1, LOGITS_CHUNK_BYTES // (arch.vocab * 4)))
+    per = 4 + (wb if wb < 4 else 0) + (4 if arch.family == "gemma2" else 0)
+    return int(rows * arch.vocab * per + tokens * arch.hidden * wb)
 
 
 def optimizer_step_bytes(m: Mapping, backend: str, lane: LaneModel, trainable: int,

@@ -10,7 +10,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from mens.errors import PlanRefused
-from mens.plan.memory import GiB
+from mens.plan.memory import GiB, load_contract
 from mens.plan.planner import Plan
 from mens.plan.spec import compile_run
 from mens.rundir import RunDir
@@ -21,11 +21,12 @@ WHAT = {
     "gradients": "their gradients (fp32)",
     "optimizer": "optimizer state (+ AdamW's step transient)",
     "activations": "saved activations",
-    "large_activations": "saved activations in ≥ 32 MiB tensors (CPU: mmapped)",
+    "large_activations": "saved activations in mmapped tensors (CPU: ≥ the mmap threshold)",
     "logits": "logits + fp32 loss copies",
     "packing_mask": "4-D packing mask",
     "retention": "freed memory the allocator keeps (CPU heap)",
     "overhead": "runtime overhead",
+    "communication": "ddp gradient buckets / fsdp2 gathered layers + root (per device)",
 }
 
 
@@ -42,13 +43,25 @@ def plan_run(cfg: DictConfig, out_dir: Path, purpose: str = "plan", write: bool 
     run.path.mkdir(parents=True, exist_ok=True)
     if write:
         run.write_json(RunDir.PLAN, record)
-        run.write_text(RunDir.SPEC, OmegaConf.to_yaml(
-            {**spec.config_dict(), "detected": spec.detected, "notes": list(spec.notes),
-             "versions": spec.versions}))
+        write_spec(run, spec)
     print(render(spec, plan, forced))
     if not plan.fits and not forced:
         raise PlanRefused(refusal_message(spec, plan), plan=plan)
+    if purpose == "train":   # the plan fits: now fetch missing weights (and record the commit)
+        from mens.plan.model_source import ensure_weights
+        fetched = ensure_weights(spec)
+        if fetched is not spec:
+            spec = fetched
+            if write:
+                write_spec(run, spec)
     return spec, plan
+
+
+def write_spec(run: RunDir, spec) -> None:
+    """spec.yaml: the re-launchable config plus what was detected, noted and locked."""
+    run.write_text(RunDir.SPEC, OmegaConf.to_yaml(
+        {**spec.config_dict(), "detected": spec.detected, "notes": list(spec.notes),
+         "versions": spec.versions, "data_lock": list(spec.data_lock)}))
 
 
 def refusal_message(spec, plan: Plan) -> str:
@@ -71,10 +84,13 @@ def render(spec, plan: Plan, forced: bool = False) -> str:
     buf = StringIO()
     con = Console(file=buf, width=100, force_terminal=False, color_system=None)
     rev = spec.rung.revision or "unpinned"
-    con.print(f"mens plan · {spec.rung.name} ({spec.rung.repo_id}@{rev}, init "
-              f"{spec.rung.init}) · lane {spec.lane.kind} {spec.lane.precision} · spoke "
-              f"{spec.spoke.name} · hw {spec.hw.name} ({spec.hw.backend}, "
-              f"{spec.hw.memory_gb:g} GiB)")
+    from mens.data.select import data_label, user_data
+
+    what = f"data {data_label(spec.data)}" if user_data(spec) else f"spoke {spec.spoke.name}"
+    model = spec.rung.path or f"{spec.rung.repo_id}@{spec.rung.commit or rev}"
+    con.print(f"mens plan · {spec.rung.name} ({model}, init {spec.rung.init}) · lane "
+              f"{spec.lane.kind} {spec.lane.precision} · {what} · hw {spec.hw.name} "
+              f"({spec.hw.backend}, {spec.hw.memory_gb:g} GiB)")
     t = Table(show_edge=False)
     t.add_column("component")
     t.add_column("GiB", justify="right")
@@ -84,22 +100,30 @@ def render(spec, plan: Plan, forced: bool = False) -> str:
     t.add_row("sum", f"{plan.raw_bytes / GiB:.3f}", "analytic model × cell coefficients")
     label = ("calibrated" if plan.calibrated else
              "UNCALIBRATED, fitted" if plan.fitted else "UNCALIBRATED")
+    own = plan.world_size == 1 or plan.cell in load_contract(spec.plan.contract)["cells"]
     t.add_row("+ margin", f"{(plan.peak_bytes - plan.raw_bytes) / GiB:.3f}",
-              f"{plan.uncertainty:.0%} ({label} cell {plan.cell})")
-    t.add_row("predicted peak", f"{plan.peak_bytes / GiB:.3f}", "")
+              f"{plan.uncertainty:.0%} ({label} cell {plan.cell}"
+              f"{'' if own else ': no fit of its own, one device’s coefficients'})")
+    t.add_row("predicted peak", f"{plan.peak_bytes / GiB:.3f}",
+              f"per device, each of {plan.world_size} ({plan.strategy})"
+              if plan.world_size > 1 else "")
     t.add_row("budget", f"{plan.budget_bytes / GiB:.3f}", _budget_line(spec))
     t.add_row("headroom", f"{plan.headroom_bytes / GiB:.3f}", "budget − predicted peak")
     con.print(t)
     s = plan.shape
     verdict = "FITS" if plan.fits else ("REFUSES — FORCED by plan.force=true" if forced
                                         else "REFUSES")
-    con.print(f"verdict: {verdict} · seq_len {s.seq_len} · micro_batch {s.micro_batch} × "
-              f"grad_accum {plan.grad_accum} = global_batch {plan.global_batch} · gradient "
+    devices = f" × {plan.world_size} devices" if plan.world_size > 1 else ""
+    con.print(f"verdict: {verdict} · strategy {plan.strategy} · seq_len {s.seq_len} · "
+              f"micro_batch {s.micro_batch} × grad_accum {plan.grad_accum}{devices} = "
+              f"global_batch {plan.global_batch} · gradient "
               f"checkpointing {'on' if s.checkpointing else 'off'} · packing "
               f"{'on' if s.packing else 'off'} · {len(plan.trials)} shape(s) tried")
     if plan.est_tokens_per_s:
         con.print(f"throughput estimate: ~{plan.est_tokens_per_s:,.0f} tokens/s "
-                  f"(assumed 35 % MFU of {spec.hw.tflops_bf16:g} TFLOPS; not measured)")
+                  f"(assumed 35 % MFU of {spec.hw.tflops_bf16:g} TFLOPS"
+                  f"{f' × {plan.world_size} devices' if plan.world_size > 1 else ''}; "
+                  f"not measured)")
     for note in spec.notes:
         con.print(f"note: {note}")
     for way in plan.ways_out:

@@ -12,7 +12,7 @@ from typing import Mapping
 
 from mens.errors import ConfigError
 from mens.plan.memory import (MIN_UNCALIBRATED_MARGIN, GiB, Arch, LaneModel, Shape, cell_key,
-                         components, load_contract, predict, usable_cell)
+                              components, contract_paths, load_contract, predict, usable_cell)
 
 ASSUMED_MFU = 0.35   # for time estimates only; labelled as an assumption wherever shown
 
@@ -33,6 +33,9 @@ class PlanRequest:
     margin: float = MIN_UNCALIBRATED_MARGIN   # added to uncalibrated cells
     contract: str | None = None
     tflops: float | None = None
+    paths: tuple = ()   # (("attention", "per_record"), …): the run's training paths; () = the contract's
+    world_size: int = 1         # devices × nodes; micro_batch and the peak are per device
+    strategy: str = "auto"      # auto | single | ddp | fsdp2 (auto: chosen by plan())
 
 
 @dataclass(frozen=True)
@@ -60,6 +63,9 @@ class Plan:
     est_tokens_per_s: float | None = None
     fitted: bool = False          # the cell has fitted coefficients (calibrated or not)
     ways_out: tuple[str, ...] = field(default=())
+    world_size: int = 1
+    strategy: str = "single"      # single | ddp | fsdp2
+    strategy_why: str = ""
 
     @property
     def fits(self) -> bool:
@@ -77,15 +83,30 @@ class Plan:
 
 def batch_candidates(req: PlanRequest) -> tuple[int, list[tuple[int, int]]]:
     """(global batch, [(micro, accum)] largest micro first) allowed by the explicit knobs."""
-    m, a, g = req.micro_batch, req.grad_accum, req.global_batch
+    m, a, g, w = req.micro_batch, req.grad_accum, req.global_batch, req.world_size
     if m and a:
-        if g and g != m * a:
+        if g and g != m * a * w:
             raise ConfigError(
                 f"train.global_batch={g} disagrees with train.micro_batch={m} × "
-                f"train.grad_accum={a} = {m * a}: set at most two of the three.",
-                key="train.global_batch")
-        return m * a, [(m, a)]
-    g = g or req.default_global_batch
+                f"train.grad_accum={a}{f' × {w} devices' if w > 1 else ''} = {m * a * w}: set "
+                f"at most two of the three.", key="train.global_batch")
+        return m * a * w, [(m, a)]
+    if g and g % w:
+        raise ConfigError(
+            f"train.global_batch={g} does not divide over {w} devices (hw.devices × hw.nodes): "
+            f"use a multiple of {w}, e.g. train.global_batch={-(-g // w) * w}.",
+            key="train.global_batch")
+    g = g or -(-req.default_global_batch // w) * w   # the default, rounded up to whole devices
+    if w > 1:   # what each device's micro × accum must make
+        fixed = m or a
+        if fixed and (g // w) % fixed:
+            which = "micro_batch" if m else "grad_accum"
+            raise ConfigError(
+                f"train.global_batch={g} over {w} devices is {g // w} per device, not a multiple "
+                f"of train.{which}={fixed}: use train.global_batch={fixed * w} (or a multiple), "
+                f"or leave one of them `auto`.", key=f"train.{which}")
+        per, cands = batch_candidates(replace(req, global_batch=g // w, world_size=1))
+        return per * w, cands
     fixed = m or (g // a if a else None)
     if fixed is not None:
         if g % (m or a):
@@ -99,14 +120,49 @@ def batch_candidates(req: PlanRequest) -> tuple[int, list[tuple[int, int]]]:
 
 def predict_shape(req: PlanRequest, shape: Shape, contract: Mapping | None = None) -> dict:
     contract = contract or load_contract(req.contract)
-    comps = components(req.arch, req.lane, shape, req.backend, contract)
+    paths = dict(req.paths)
+    comps = components(req.arch, req.lane, shape, req.backend, contract, paths,
+                       req.world_size, req.strategy)
     key = cell_key(req.backend, req.lane, shape.checkpointing)
+    if req.world_size > 1:   # e.g. cpu/full/ckpt/fp32/fsdp2
+        one, key = key, f"{key}/{req.strategy}"
+        cell = usable_cell(contract, key)
+        if cell is None and (cell := usable_cell(contract, one)):
+            cell = {**cell, "calibrated": False}   # one device's fit: coefficients, not its claim
+    else:
+        cell = usable_cell(contract, key)
+    if cell and any(contract_paths(contract)[k] != v for k, v in paths.items()):
+        cell = {**cell, "calibrated": False}   # fitted on other paths: its coefficients, not its claim
     # a calibrated cell replaces the uncalibrated margin with its own fitted uncertainty; a
     # fitted one that failed calibration keeps its coefficients under the larger margin
-    return {"cell": key, **predict(comps, usable_cell(contract, key), req.margin)}
+    return {"cell": key, **predict(comps, cell, req.margin)}
 
 
 def plan(req: PlanRequest) -> Plan:
+    """The shape to train with, on one device or (world_size > 1) per device, the strategy
+    chosen when it is auto: LoRA lanes replicate the frozen base (ddp); the full lane replicates
+    when a replica fits each device and shards (fsdp2) when it does not."""
+    if req.world_size == 1:
+        return replace(_plan(replace(req, strategy="single")), strategy="single")
+    if req.strategy != "auto":
+        return replace(_plan(req), strategy=req.strategy,
+                       strategy_why=f"hw.strategy={req.strategy} (as asked)")
+    n = req.world_size
+    if req.lane.kind != "full":
+        return replace(_plan(replace(req, strategy="ddp")), strategy="ddp", strategy_why=(
+            f"ddp: lane {req.lane.kind} trains adapters over a frozen base, replicated on "
+            f"each of {n} devices"))
+    ddp = _plan(replace(req, strategy="ddp"))
+    if ddp.fits:
+        return replace(ddp, strategy="ddp", strategy_why=(
+            f"ddp: a full replica fits each of {n} devices ({_gb(ddp.peak_bytes)})"))
+    fsdp = _plan(replace(req, strategy="fsdp2"))
+    return replace(fsdp, strategy="fsdp2", strategy_why=(
+        f"fsdp2: a full replica needs {_gb(ddp.peak_bytes)} per device; sharded over {n} "
+        f"devices {_gb(fsdp.peak_bytes)}"))
+
+
+def _plan(req: PlanRequest) -> Plan:
     contract = load_contract(req.contract)
     g, batches = batch_candidates(req)
     ckpts = [req.checkpointing] if req.checkpointing is not None else [False, True]
@@ -128,11 +184,12 @@ def plan(req: PlanRequest) -> Plan:
     shape, accum, pred = chosen or smallest
     return Plan(
         verdict="fits" if chosen else "refuses", shape=shape, grad_accum=accum,
-        global_batch=shape.micro_batch * accum, cell=pred["cell"],
+        global_batch=shape.micro_batch * accum * req.world_size, cell=pred["cell"],
         calibrated=pred["calibrated"], uncertainty=pred["uncertainty"],
         components=pred["components"], raw_bytes=pred["raw_bytes"],
         peak_bytes=pred["peak_bytes"], budget_bytes=req.budget_bytes, trials=tuple(trials),
-        est_tokens_per_s=_tokens_per_s(req, shape), fitted=pred.get("fitted", False))
+        est_tokens_per_s=_tokens_per_s(req, shape), fitted=pred.get("fitted", False),
+        world_size=req.world_size)
 
 
 def _tokens_per_s(req: PlanRequest, shape: Shape) -> float | None:
@@ -144,7 +201,7 @@ def _tokens_per_s(req: PlanRequest, shape: Shape) -> float | None:
     n = p["linear"] + req.arch.vocab * req.arch.hidden        # matmul params (lm_head included)
     per_token = n * (4 + (2 if req.lane.kind == "full" else 0) + (2 if shape.checkpointing else 0))
     per_token += 6 * req.arch.layers * shape.seq_len * req.arch.heads * req.arch.head_dim
-    return req.tflops * 1e12 * ASSUMED_MFU / per_token
+    return req.world_size * req.tflops * 1e12 * ASSUMED_MFU / per_token   # all devices
 
 
 def ways_out(req: PlanRequest, *, rungs: Mapping[str, Arch] = {},
@@ -198,6 +255,12 @@ def ways_out(req: PlanRequest, *, rungs: Mapping[str, Arch] = {},
             out.append(f"a bigger tier (`+hw={name}{also}`, budget {_gb(budget)}): "
                        f"predicted {_gb(p.peak_bytes)}")
             break
+    if req.backend == "cuda" and req.world_size == 1:   # the same tier, several devices
+        for n in (2, 4, 8):
+            if p := fits(replace(loose, world_size=n, strategy="auto", global_batch=None)):
+                out.append(f"{n} devices of this tier (`hw.devices={n}{also}`, {p.strategy}): "
+                           f"predicted {_gb(p.peak_bytes)} per device")
+                break
     if memory_for:
         need = plan(replace(loose, budget_bytes=0)).peak_bytes   # the smallest shape's peak
         out.append(f"a device with at least {memory_for(need):g} GiB "

@@ -14,14 +14,16 @@ from omegaconf import DictConfig, OmegaConf
 
 from mens.config import schema
 from mens.config.options import freeze, load_option, spokes
+from mens.data.corpus import corpus_lock
 from mens.errors import ConfigError
 from mens.plan.hardware import memory_needed, qlora_support, resolve_hw, tier_budget
-from mens.plan.memory import MIN_UNCALIBRATED_MARGIN, GiB, Arch, LaneModel, load_contract, stale_note
+from mens.plan.memory import (MIN_UNCALIBRATED_MARGIN, GiB, Arch, LaneModel, contract_paths,
+                              load_contract, stale_note)
 from mens.plan.planner import Plan, PlanRequest, plan, ways_out
 from mens.resources import CORPORA, option_names
 
 DATA_DIR = CORPORA   # each spoke's lengths.json (the length manifest) lives here
-SECTIONS = ("hw", "rung", "spoke", "lane", "curriculum", "train", "plan", "logger")
+SECTIONS = ("hw", "rung", "spoke", "data", "lane", "curriculum", "train", "plan", "logger")
 LADDER = ["tiny", "0.6b", "1.7b", "4b", "8b", "14b", "32b"]
 PRECISION_OF = {"bf16-mixed": "bf16", "bf16-true": "bf16", "16-mixed": "fp16", "32-true": "fp32"}
 
@@ -31,6 +33,7 @@ class RunSpec:
     hw: object          # frozen HwConfig: backend/memory/bf16 resolved
     rung: object
     spoke: object
+    data: object        # frozen DataConfig: spoke | file | hf (mens.data.sources)
     lane: object        # precision and gradient_checkpointing resolved
     curriculum: object
     train: object       # seq_len, micro_batch, grad_accum, global_batch resolved
@@ -40,6 +43,7 @@ class RunSpec:
     budget_gb: float
     notes: tuple[str, ...]     # every place mens did something other than the spec said
     versions: dict
+    data_lock: tuple = ()      # the data by content: [{path, sha256}] or [{dataset, revision}]
 
     def to_dict(self) -> dict:
         return json.loads(json.dumps(asdict(self)))
@@ -50,8 +54,9 @@ class RunSpec:
         return {k: d[k] for k in SECTIONS}
 
 
-def resolve_seq_len(cfg: DictConfig, notes: list[str]) -> int:
-    """Explicit, or from the spoke's length manifest (no tokenizer needed to plan)."""
+def resolve_seq_len(cfg: DictConfig, notes: list[str], dataset=None) -> int:
+    """Explicit, or from the user's data measured with the run's tokenizer (mens.data.lengths),
+    or from the spoke's length manifest (no tokenizer needed to plan)."""
     max_pos = cfg.rung.max_position_embeddings
     if cfg.train.seq_len != schema.AUTO:
         if cfg.train.seq_len > max_pos:
@@ -59,7 +64,13 @@ def resolve_seq_len(cfg: DictConfig, notes: list[str]) -> int:
                 f"train.seq_len={cfg.train.seq_len} exceeds rung {cfg.rung.name}'s "
                 f"max_position_embeddings={max_pos}: use train.seq_len<={max_pos} (or auto).",
                 key="train.seq_len")
+        if dataset is not None:
+            from mens.data.lengths import report
+            report(cfg, dataset, int(cfg.train.seq_len), notes)
         return int(cfg.train.seq_len)
+    if dataset is not None:
+        from mens.data.lengths import auto_seq_len
+        return auto_seq_len(cfg, dataset, notes)
     manifest = DATA_DIR / cfg.spoke.name / "lengths.json"
     if manifest.is_file():
         m = json.loads(manifest.read_text())
@@ -77,6 +88,73 @@ def resolve_seq_len(cfg: DictConfig, notes: list[str]) -> int:
         notes.append(f"seq_len: capped {seq} → {max_pos} (rung max positions)")
         seq = max_pos
     return seq
+
+
+# families whose attention the per-record path cannot express (soft-capping, sliding windows)
+NO_PER_RECORD = {"gemma2": "Gemma 2 soft-caps attention logits",
+                 "gemma3_text": "Gemma 3 attends through sliding windows",
+                 "mistral": "Mistral may attend through a sliding window"}
+
+
+def resolve_paths(cfg: DictConfig, lane, notes: list[str]) -> dict:
+    """train.attention / loss / heap: auto → the contract's fitted paths; another choice is
+    planned with its analytic terms, uncalibrated (said)."""
+    fitted = contract_paths(load_contract(cfg.plan.contract))
+    t, out = cfg.train, {}
+    for key in ("attention", "loss", "heap"):
+        v = fitted[key] if t[key] == schema.AUTO else t[key]
+        if key == "attention" and v == "per_record" and cfg.rung.family in NO_PER_RECORD:
+            notes.append(f"FALLBACK attention: {NO_PER_RECORD[cfg.rung.family]}; packed rows keep "
+                         f"the 4-D block mask")
+            v = "block_mask"
+        if v != fitted[key]:
+            notes.append(f"train.{key}={v}: the memory cells were fitted on {fitted[key]}; this "
+                         f"plan uses the analytic terms for {v} under the uncalibrated margin")
+        t[key] = out[key] = v
+    return out
+
+
+def resolve_devices(cfg: DictConfig, detection: dict | None, purpose: str,
+                    notes: list[str]) -> int:
+    """hw.devices (per node) resolved in place; returns the world size (devices × nodes).
+    auto = every visible CUDA device when this machine's are in use, else one (a named tier
+    planned from elsewhere; CPU and MPS train as one process unless asked)."""
+    hw = cfg.hw
+    visible = _visible(hw.backend, detection) if detection is not None else None
+    if hw.devices == schema.AUTO:
+        n = visible if hw.backend == "cuda" and visible else 1
+    else:
+        n = int(hw.devices)
+        if purpose == "train" and visible is not None and n > visible:
+            what = "CUDA devices" if hw.backend == "cuda" else "CPU cores (one process each)"
+            raise ConfigError(f"hw.devices={n} but this machine has {visible} {what}: use "
+                              f"hw.devices<={visible} (or auto).", key="hw.devices")
+    if hw.backend == "mps" and n > 1:
+        raise ConfigError(f"hw.devices={n}: a Mac trains on its one GPU; use hw.devices=1.",
+                          key="hw.devices")
+    hw.devices = n
+    world = n * hw.nodes
+    if hw.strategy == "single" and world > 1:
+        raise ConfigError(f"hw.strategy=single with {world} devices (hw.devices × hw.nodes): "
+                          f"use hw.strategy=auto, ddp or fsdp2, or hw.devices=1.",
+                          key="hw.strategy")
+    if hw.strategy == "fsdp2" and cfg.lane.kind != "full":
+        raise ConfigError(f"hw.strategy=fsdp2 shards the full lane; lane {cfg.lane.kind} trains "
+                          f"adapters over a replicated base: use hw.strategy=auto (ddp) or "
+                          f"lane=full.", key="hw.strategy")
+    if world == 1 and hw.strategy in ("ddp", "fsdp2"):
+        notes.append(f"hw.strategy={hw.strategy} with one device: trains as a single device")
+    return world
+
+
+def _visible(backend: str, detection: dict) -> int:
+    """Devices of the backend on this machine (CPU: cores, one process each)."""
+    import os
+    if backend == "cuda":
+        return int(detection.get("count", 1))
+    if backend == "cpu":
+        return os.cpu_count() or 1
+    return 1
 
 
 def lane_model(lane, precision: str, init_adapter: str | None = None) -> LaneModel:
@@ -111,7 +189,15 @@ def compile_run(cfg: DictConfig, purpose: str = "plan") -> tuple[RunSpec, Plan]:
     detection, budget_gb = resolve_hw(cfg.hw, purpose, notes)
 
     lane = cfg.lane
-    if lane.kind == "dpo" and not cfg.spoke.preference_pairs:
+    if OmegaConf.is_missing(cfg.rung, "hidden_size"):   # +rung=hf: from the model's config.json
+        from mens.plan.model_source import fill_hf_rung
+        fill_hf_rung(cfg, notes)
+    dataset = None
+    if cfg.data.source != "spoke":   # the user's data: read, checked and split before planning
+        from mens.data.select import dataset as load_dataset
+        dataset = load_dataset(cfg.data, lane.kind, list(cfg.curriculum.phases))
+        cfg.data.format = dataset.format   # resolved: a rerun reads the files as this run did
+    elif lane.kind == "dpo" and not cfg.spoke.preference_pairs:
         pairs = [n for n in spokes() if load_option("spoke", n).preference_pairs]
         raise ConfigError(
             f"lane=dpo needs chosen/rejected pairs and spoke {cfg.spoke.name} ships none: use "
@@ -133,19 +219,23 @@ def compile_run(cfg: DictConfig, purpose: str = "plan") -> tuple[RunSpec, Plan]:
         notes.append(f"GPU_FALLBACK: precision bf16 → fp32 ({cfg.hw.name} has no bf16)")
     lane.precision = precision
     if purpose == "train" and cfg.rung.init == "pretrained" and not cfg.rung.tokenizer_bundled:
-        from mens.plan.weights import find_weights, missing_weights_message
-
-        st = find_weights(cfg.rung.repo_id, cfg.rung.revision, cfg.rung.path)
-        if not st.present:
-            raise ConfigError(missing_weights_message(st), key="rung")
-    if cfg.rung.revision is None and not cfg.rung.tokenizer_bundled:
+        from mens.plan.model_source import check_weights
+        check_weights(cfg, notes)
+    if cfg.rung.revision is None and not cfg.rung.tokenizer_bundled and not cfg.rung.path:
         notes.append(f"rung {cfg.rung.name}: {cfg.rung.repo_id} is unpinned (revision null)")
 
-    seq_len = resolve_seq_len(cfg, notes)
+    seq_len = resolve_seq_len(cfg, notes, dataset)
     t = cfg.train
     if lane.optimizer.lr == schema.AUTO:   # the rung's recommendation for this kind of lane
         which = "full_lr" if lane.kind == "full" else "lora_lr"
         lane.optimizer.lr = float(getattr(cfg.rung, which))
+    paths = resolve_paths(cfg, lane, notes)
+    world = resolve_devices(cfg, detection, purpose, notes)
+    if cfg.hw.backend == "cpu" and cfg.hw.devices > 1:   # processes share this machine's RAM
+        budget_gb /= cfg.hw.devices
+        notes.append(f"hw.devices={cfg.hw.devices} on CPU: the processes share one machine's "
+                     f"memory, so each plans within 1/{cfg.hw.devices} of the budget "
+                     f"({budget_gb:.2f} GiB)")
     default_gb = cfg.rung.global_batch or t.default_global_batch
     gc = lane.gradient_checkpointing
     req = PlanRequest(
@@ -155,7 +245,8 @@ def compile_run(cfg: DictConfig, purpose: str = "plan") -> tuple[RunSpec, Plan]:
         global_batch=_auto(t.global_batch), default_global_batch=default_gb,
         checkpointing=None if gc == schema.AUTO else bool(gc), packing=t.packing,
         margin=_margin(cfg.plan.uncalibrated_margin, notes),
-        contract=cfg.plan.contract, tflops=cfg.hw.tflops_bf16)
+        contract=cfg.plan.contract, tflops=cfg.hw.tflops_bf16, paths=tuple(paths.items()),
+        world_size=world, strategy=cfg.hw.strategy)
     p = plan(req)
     stale = stale_note(load_contract(cfg.plan.contract), p.cell)   # said, never silent
     if stale:
@@ -163,22 +254,30 @@ def compile_run(cfg: DictConfig, purpose: str = "plan") -> tuple[RunSpec, Plan]:
     if not p.fits:
         from dataclasses import replace
         p = replace(p, ways_out=ways_out(
-            req, rungs=_smaller_rungs(cfg.rung.name), tiers=_tier_budgets(cfg.hw),
+            req, rungs=_smaller_rungs(cfg.rung.name, req.arch), tiers=_tier_budgets(cfg.hw),
             memory_for=lambda need: memory_needed(cfg.hw, need / GiB)))
     t.seq_len, t.micro_batch, t.grad_accum = seq_len, p.shape.micro_batch, p.grad_accum
     t.global_batch = p.global_batch
     lane.gradient_checkpointing = p.shape.checkpointing
+    cfg.hw.strategy = p.strategy
+    if p.strategy_why and world > 1:
+        notes.append(f"strategy {p.strategy_why}")
     obj = OmegaConf.to_object(cfg)
     spec = RunSpec(
         **{f: freeze(getattr(obj, f)) for f in SECTIONS},
         detected=detection, budget_gb=round(budget_gb, 3), notes=tuple(notes),
-        versions=_versions())
+        versions=_versions(), data_lock=tuple(dataset.lock) if dataset else
+        tuple(corpus_lock(cfg.spoke.name)))
     return spec, p
 
 
-def _smaller_rungs(name: str) -> dict:
-    idx = LADDER.index(name) if name in LADDER else len(LADDER)
-    return {r: Arch.of(load_option("rung", r)) for r in reversed(LADDER[1:idx])}
+def _smaller_rungs(name: str, arch: Arch) -> dict:
+    """The ladder's rungs below this one (for a `+rung=hf` model: those with fewer params)."""
+    if name in LADDER:
+        return {r: Arch.of(load_option("rung", r)) for r in reversed(LADDER[1:LADDER.index(name)])}
+    mine = arch.params()["total"]
+    below = {r: Arch.of(load_option("rung", r)) for r in reversed(LADDER[1:])}
+    return {r: a for r, a in below.items() if a.params()["total"] < mine}
 
 
 def _tier_budgets(hw) -> dict:
@@ -205,7 +304,9 @@ def _versions() -> dict:
 # Keys an earlier mens wrote into spec.yaml and that this one no longer has (nothing read
 # them): a rerun, resume or export of such a run drops them and says so.
 RETIRED = {"hw.bandwidth_gbs": "read by nothing (time estimates use hw.tflops_bf16)",
-           "spoke.default_lane": "read by nothing (the lane is chosen with `lane=`)"}
+           "spoke.default_lane": "read by nothing (the lane is chosen with `lane=`)",
+           "hw.lightning.devices": "replaced by hw.devices (and hw.nodes)",
+           "hw.lightning.strategy": "replaced by hw.strategy, which the planner resolves"}
 
 
 def load_rerun(run_dir: str) -> DictConfig:
@@ -225,6 +326,8 @@ def load_rerun(run_dir: str) -> DictConfig:
     else:
         raise ConfigError(f"{run_dir}: neither spec.yaml nor telemetry.jsonl there. Give a run "
                           f"directory that mens wrote (outputs/<date>/<time>_*/).", key="rerun")
+    if "data" not in saved:   # an earlier mens: the spoke's corpus was the only data
+        saved.data = {"source": "spoke"}
     if isinstance(saved.get("logger"), str):   # an earlier mens: `logger: wandb`, a plain key
         saved.logger = {"kind": saved.logger}
     for key, why in RETIRED.items():
@@ -236,6 +339,10 @@ def load_rerun(run_dir: str) -> DictConfig:
                   f"a key ({why}); dropped", file=sys.stderr)
     cfg = OmegaConf.merge(OmegaConf.structured(schema.MensConfig),
                           {k: saved[k] for k in SECTIONS if k in saved})
+    if OmegaConf.is_missing(cfg, "teacher"):   # not a run's section: the group's default
+        from mens.config.options import option_path
+        cfg.teacher = OmegaConf.merge(OmegaConf.structured(schema.TeacherConfig),
+                                      OmegaConf.load(option_path("teacher", "auto")))
     det = saved.get("detected")
     if det and not det.get("memory_overridden", False):
         cfg.hw.memory_gb = None          # memory was detected: detect it again here

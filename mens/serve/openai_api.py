@@ -24,7 +24,7 @@ from starlette.exceptions import HTTPException
 from mens.serve.generate import GenRequest, generate
 from mens.serve.requests import (Body, ChatRequest, CompletionRequest, PromoteRequest,
                                  RollbackRequest, Sampling, unsupported, unsupported_message)
-from mens.serve.slots import Slots
+from mens.serve.slots import PromotionRefused, Slots
 
 
 class APIError(Exception):
@@ -59,7 +59,8 @@ def build_app(slots: Slots, api_key: str | None = None, max_body_bytes: int = 1 
         if scheme.lower() != "bearer" or not secrets.compare_digest(
                 token.strip().encode("utf-8", "replace"), api_key.encode()):
             raise APIError(401, "Incorrect or missing API key: send `Authorization: Bearer "
-                                "<serve.api_key>`.", code="invalid_api_key")
+                                "<key>`, the key in the environment variable that "
+                                "serve.api_key_env names.", code="invalid_api_key")
 
     @app.exception_handler(APIError)
     async def _api_error(request, e: APIError):
@@ -113,6 +114,9 @@ def build_app(slots: Slots, api_key: str | None = None, max_body_bytes: int = 1 
         slot = _slot(slots, req.model)
         msgs = [{"role": "system" if m.role == "developer" else m.role, "content": m.text()}
                 for m in req.messages]
+        if slot.system_prompt and not any(m["role"] == "system" for m in msgs):
+            # the spoke's one system prompt (synthesis and training used it): the slot's default
+            msgs.insert(0, {"role": "system", "content": slot.system_prompt})
         try:
             prompt = slots.encode_chat(msgs)
         except Exception as e:  # a template may refuse a conversation; lone surrogates
@@ -156,6 +160,8 @@ def build_app(slots: Slots, api_key: str | None = None, max_body_bytes: int = 1 
             return slots.promote(req.spoke, req.slot)
         except KeyError as e:
             raise APIError(404, str(e.args[0]), "slot" if req.slot else "spoke", "not_found")
+        except PromotionRefused as e:   # the gate: a state conflict, not a malformed request
+            raise APIError(409, e.message, "slot", "gate_not_passed")
         except ValueError as e:
             raise APIError(400, str(e), "slot")
 

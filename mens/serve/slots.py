@@ -6,6 +6,11 @@ matrices — nothing is merged and no dense per-layer delta is materialised. Eve
 goes through `Slots.run`, a single worker thread: PEFT's active adapter is global state, so two
 requests must never interleave. Aliases `<spoke>:champion` / `<spoke>:challenger` point at
 slots and can be promoted and rolled back while serving.
+
+Promotion is gated (`serve.require_gate`, default true): only a slot whose run dir holds a
+passing gate.json that still matches its adapter (mens.gate.receipt.promotable) may become
+champion; anything else raises PromotionRefused (HTTP 409, CLI exit 3). At load, a spoke's
+champion is its first adapter that passes its gate, else its first adapter (said in `notes`).
 """
 from __future__ import annotations
 
@@ -15,12 +20,17 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mens.errors import ConfigError
+from mens.errors import EXIT_REFUSED, ConfigError, MensError
 from mens.rundir import RunDir
 
 BASE = "base"
 ROLES = ("champion", "challenger")
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+
+
+class PromotionRefused(MensError):
+    """A promotion the gate does not allow (HTTP 409; `mens.serve promote` exits 3)."""
+    code = EXIT_REFUSED
 
 
 @dataclass
@@ -32,6 +42,7 @@ class Slot:
     spoke: str | None = None
     lane: str | None = None
     tensor_bytes: int = 0          # the adapter's own weights as loaded
+    system_prompt: str | None = None   # its spoke's `system_prompt` (spec.yaml): the default
 
 
 @dataclass
@@ -98,7 +109,7 @@ class Slots:
     """Base + adapters on one PeftModel, a tokenizer, aliases, and the one worker thread."""
 
     def __init__(self, rung, sources: list[Source], device: str = "auto", dtype: str = "auto",
-                 seed: int = 0):
+                 seed: int = 0, require_gate: bool = True):
         from omegaconf import OmegaConf
 
         from mens.model.load import load_base, load_tokenizer
@@ -106,6 +117,7 @@ class Slots:
         if isinstance(rung, dict):
             rung = OmegaConf.create(rung)
         self.rung, self.device = rung, pick_device(device)
+        self.require_gate = require_gate
         self.dtype = pick_dtype(dtype, self.device)
         self.notes: list[str] = []
         self.tokenizer = load_tokenizer(rung, self.notes)      # worker thread only
@@ -126,6 +138,9 @@ class Slots:
                     else eos[0])
         self.slots: dict[str, Slot] = {BASE: Slot(BASE, None)}
         self.model = base
+        # the chat format of training: the template and options of the adapters' runs
+        self.chat = _encoder(self.request_tokenizer, next(
+            (s.spec.get("data") for s in sources if s.spec.get("data")), None), self.notes)
         self.aliases: dict[str, dict[str, str | None]] = {}
         self.history: dict[str, list[dict]] = {}
         self._alias_lock = threading.Lock()
@@ -161,12 +176,34 @@ class Slots:
         self.slots[src.name] = Slot(
             src.name, adapter_name, src.adapter_dir, src.run,
             (src.spec.get("spoke") or {}).get("name"), (src.spec.get("lane") or {}).get("kind"),
-            tensor_bytes(own))
+            tensor_bytes(own), (src.spec.get("spoke") or {}).get("system_prompt"))
         slot = self.slots[src.name]
         if slot.spoke:
             roles = self.aliases.setdefault(slot.spoke, {"champion": None, "challenger": None})
-            roles["champion" if roles["champion"] is None else "challenger"] = slot.name
+            if roles["champion"] is None:
+                roles["champion"] = slot.name
+            elif self.require_gate and self.gated(slot.name)[0] and \
+                    not self.gated(roles["champion"])[0]:
+                # a gated adapter outranks an ungated champion chosen by load order
+                roles["champion"], roles["challenger"] = slot.name, roles["champion"]
+            else:
+                roles["challenger"] = slot.name
         return slot
+
+    def gated(self, name: str) -> tuple[bool, str]:
+        """(may the slot be champion, why) — mens.gate.receipt.promotable on its run dir."""
+        from mens.gate.receipt import promotable
+        return promotable(self.slots[name].run)
+
+    def champion_notes(self) -> list[str]:
+        """What to say about champions that hold their role without a passing gate."""
+        out = []
+        for spoke, roles in sorted(self.aliases.items()):
+            name = roles.get("champion")
+            if name and not self.gated(name)[0]:
+                out.append(f"{spoke}:champion is {name} by load order, ungated "
+                           f"({self.gated(name)[1]})")
+        return out
 
     # --- names -----------------------------------------------------------------------------
     def resolve(self, model_id: str) -> Slot | None:
@@ -198,6 +235,10 @@ class Slots:
                 raise KeyError(f"no adapter slot `{slot}`")
             if s.spoke != spoke:
                 raise ValueError(f"slot `{slot}` was trained on spoke {s.spoke}, not {spoke}")
+            ok, why = self.gated(slot) if self.require_gate else (True, "")
+            if not ok:
+                raise PromotionRefused(f"promotion of `{slot}` to {spoke}:champion refused: "
+                                       f"{why} (serve.require_gate=true)")
             self.history.setdefault(spoke, []).append(dict(roles))
             old = roles["champion"]
             roles["champion"] = slot
@@ -226,12 +267,12 @@ class Slots:
         return contextlib.nullcontext()
 
     def encode_chat(self, messages: list[dict]) -> list[int]:
-        tok = self.request_tokenizer
-        if getattr(tok, "chat_template", None):
-            text = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-        else:   # a rung without a template: the ChatML mens trains with
-            from mens.data.pack import CHATML
-            text = "".join(CHATML.format(**m) for m in messages) + "<|im_start|>assistant\n"
+        """The prompt as training rendered it: the run's template, options and system folding
+        (mens.data.encoder), plus the generation prompt."""
+        if self.chat is not None:
+            return self.encode(self.chat.prompt_text(messages))
+        from mens.data.pack import CHATML   # a base without a template, and no run naming one
+        text = "".join(CHATML.format(**m) for m in messages) + "<|im_start|>assistant\n"
         return self.encode(text)
 
     def encode(self, text: str) -> list[int]:
@@ -277,7 +318,8 @@ def load_from_config(cfg) -> Slots:
         else:
             sources.append(Source.parse(str(run), key="run"))
     sources += [Source.parse(str(a)) for a in cfg.serve.adapters]
-    return Slots(rung, sources, device=cfg.serve.device, dtype=cfg.serve.dtype, seed=seed)
+    return Slots(rung, sources, device=cfg.serve.device, dtype=cfg.serve.dtype, seed=seed,
+                 require_gate=cfg.serve.require_gate)
 
 
 def describe(slots: Slots) -> str:
@@ -290,3 +332,14 @@ def describe(slots: Slots) -> str:
         lines.append("alias " + ", ".join(f"{spoke}:{r} → {roles[r]}" for r in ROLES if roles[r]))
     return "\n".join(lines)
 
+
+def _encoder(tokenizer, data, notes: list[str]):
+    """The RunEncoder of the served model (None, said, when it has no chat template)."""
+    from mens.data.encoder import RunEncoder
+    from mens.errors import ConfigError
+
+    try:
+        return RunEncoder.load(tokenizer.name_or_path, data, tokenizer)
+    except ConfigError as e:
+        notes.append(f"chat: {e.message} Serving renders ChatML.")
+        return None

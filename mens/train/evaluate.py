@@ -1,25 +1,16 @@
-"""Evaluation: token-weighted held-out loss on the spoke's eval split and on one other spoke's
-(collateral effect), before and after training. Used by the run and by mens.compare."""
+"""Evaluation: token-weighted held-out loss on the data's eval split and on one other spoke's
+(collateral effect), before and after training. Used by the run and by mens.compare.
+
+Held-out preference pairs (dpo on user data) are scored as DPO is trained: the held-out DPO
+loss against the policy before training (the reference; its own loss is ln 2) and the reward
+accuracy (the share of pairs whose chosen answer gains more than the rejected one)."""
 from __future__ import annotations
 
-from mens.config.options import load_option, spokes
-from mens.data.corpus import load_eval
+import math
+
 from mens.data.examples import examples_for
-
-
-def collateral_spoke(name: str) -> str:
-    names = spokes()
-    return names[(names.index(name) + 1) % len(names)]
-
-
-EVAL_MICRO = 4   # held-out records per forward pass
-
-
-def eval_chunks(examples, micro: int) -> list:
-    """Longest first, so each batch pads to lengths alike (unsorted: ~40 % of slots were
-    padding); the validation loop (module.MensData.val_dataloader) batches the same way."""
-    examples = sorted(examples, key=len, reverse=True)
-    return [examples[i:i + micro] for i in range(0, len(examples), micro)]
+from mens.data.pack_order import EVAL_MICRO, eval_chunks  # noqa: F401 (shared with the loop)
+from mens.data.select import collateral_spoke, eval_records  # noqa: F401 (re-exported)
 
 
 def eval_loss(model, examples, micro: int, seq_len: int, desc: str | None = None) -> dict:
@@ -30,6 +21,7 @@ def eval_loss(model, examples, micro: int, seq_len: int, desc: str | None = None
 
     from mens.data.pack import IGNORE, pad_batch
     from mens.model.load import eval_mode
+    from mens.train.module import sequence_logps
 
     device = next(model.parameters()).device
     total, count = 0.0, 0
@@ -39,52 +31,100 @@ def eval_loss(model, examples, micro: int, seq_len: int, desc: str | None = None
         for chunk in tqdm(chunks, desc=desc, disable=desc is None, leave=False, unit="batch"):
             batch = pad_batch(chunk, min(seq_len, max(len(e) for e in chunk)))
             batch = {k: v.to(device) for k, v in batch.items()}
-            labels = batch.pop("labels")
-            logits = model(**batch).logits[:, :-1].float()                   # (B, S-1, V)
-            target = labels[:, 1:]                                           # (B, S-1)
-            loss = torch.nn.functional.cross_entropy(
-                logits.reshape(-1, logits.shape[-1]), target.reshape(-1),
-                ignore_index=IGNORE, reduction="sum")
-            total += loss.item()
-            count += int((target != IGNORE).sum())
+            # summed NLL over supervised tokens; the head runs chunk by chunk (no (B, S, V))
+            total += float(-sequence_logps(model, batch).sum())
+            count += int((batch["labels"][:, 1:] != IGNORE).sum())
     model.train()
     return {"loss": total / max(count, 1), "tokens": count, "records": len(examples)}
 
 
 def eval_sets(spec, tokenizer) -> dict:
-    """{role: (spoke, [Example])} for the spoke's held-out split ("eval") and one other
-    spoke's ("collateral")."""
+    """{role: (name, [Example] or [(chosen, rejected, index)])} for the data's held-out split
+    ("eval") and, unless turned off, one other spoke's ("collateral")."""
     out = {}
-    for role, name in (("eval", spec.spoke.name), ("collateral", collateral_spoke(spec.spoke.name))):
-        spoke = spec.spoke if role == "eval" else load_option("spoke", name)
-        recs = [r for r in load_eval(spoke) if "messages" in r][:spec.train.eval_max_records]
-        phases = list(spec.curriculum.phases)
+    phases = list(spec.curriculum.phases)
+    for role, (name, recs) in eval_records(spec).items():
+        recs = [dict(r, phase=r["phase"] if r.get("phase") in phases else phases[0])
+                for r in recs][:spec.train.eval_max_records]
+        pairs = bool(recs) and "chosen" in recs[0]
         # held-out records are scored whole (up to the rung's positions, at most 4096), not cut
         # to the training window: a cut could drop the very answer being scored
-        exs, _ = examples_for(recs, tokenizer, spec, phases, pairs=False,
+        exs, _ = examples_for(recs, tokenizer, spec, phases, pairs=pairs,
                               max_len=min(spec.rung.max_position_embeddings, 4096))
         out[role] = (name, list(exs.values()))
     return out
 
 
-def evaluate(model, sets: dict, tel, which: str) -> dict:
-    """Score every set; one EVAL telemetry row each. which: base | adapter."""
+def loop_sets(sets: dict) -> dict:
+    """The sets the validation loop scores during training (token losses; not pairs)."""
+    return {role: s for role, s in sets.items() if s[1] and not isinstance(s[1][0], tuple)}
+
+
+def evaluate(model, sets: dict, tel, which: str, spec=None, refs: dict | None = None) -> dict:
+    """Score every set; one EVAL telemetry row each. which: base | adapter. Pair sets need
+    `refs` ({role: reference log-probs}); a missing one is computed now (the policy before
+    training is the reference)."""
     res = {}
     for role, (name, exs) in sets.items():
-        r = eval_loss(model, exs, EVAL_MICRO, max(len(e) for e in exs),
-                      desc=f"eval {which} · {role} ({name})")
+        if exs and isinstance(exs[0], tuple):
+            if refs is None:
+                refs = {}
+            if role not in refs:
+                from mens.train.module import reference_logps
+                refs[role] = reference_logps(model, exs, spec)
+            r = pair_eval(model, exs, refs[role], spec)
+        else:
+            r = eval_loss(model, exs, EVAL_MICRO, max(len(e) for e in exs),
+                          desc=f"eval {which} · {role} ({name})")
         tel.emit("EVAL", model=which, split=role, spoke=name, **r)
         res[role] = {"spoke": name, **r}
     return res
 
 
-def evaluate_base(model, sets: dict, spec, tel) -> dict:
+def pair_eval(model, pairs: list, ref, spec) -> dict:
+    """Held-out DPO loss (lane.dpo's loss and beta) and reward accuracy / margin."""
+    import torch
+
+    from mens.model.load import eval_mode
+    from mens.train.datamodule import pair_batch
+    from mens.train.module import dpo_losses, sequence_logps
+
+    eval_mode(model)
+    losses, correct, margins = [], 0, []
+    beta, loss_type = spec.lane.dpo.beta, spec.lane.dpo.loss
+    with torch.no_grad():
+        for i in range(0, len(pairs), EVAL_MICRO):
+            chunk = pairs[i:i + EVAL_MICRO]
+            batch = pair_batch(chunk, max(len(e) for p in chunk for e in p[:2]))
+            idx = batch.pop("pair_index")
+            lp = sequence_logps(model, batch).float()
+            n = len(chunk)
+            chosen, rejected = lp[:n] - ref[idx, 0], lp[n:] - ref[idx, 1]
+            losses += dpo_losses(chosen, rejected, beta, loss_type).tolist()
+            m = beta * (chosen - rejected)
+            correct += int((m > 0).sum())
+            margins += m.tolist()
+    model.train()
+    n = max(len(pairs), 1)
+    return {"loss": sum(losses) / n, "reward_accuracy": correct / n,
+            "reward_margin": sum(margins) / n, "records": len(pairs), "tokens": 0,
+            "loss_at_reference": math.log(2) if loss_type == "sigmoid" else None}
+
+
+def evaluate_base(model, sets: dict, spec, tel, refs: dict | None = None) -> dict:
     """The base's numbers: a PEFT model with its adapter disabled, or the full lane's model
-    before any step."""
+    before any step. Pair sets are scored on the policy before training (their reference,
+    which `refs` receives), never with the adapter disabled: DPO from an SFT adapter starts
+    from that adapter."""
+    tokens = {r: s for r, s in sets.items() if not (s[1] and isinstance(s[1][0], tuple))}
+    out = {}
+    if len(tokens) < len(sets):
+        out.update(evaluate(model, {r: s for r, s in sets.items() if r not in tokens}, tel,
+                            "base", spec, refs))
     if hasattr(model, "disable_adapter") and spec.lane.kind != "full":
         with model.disable_adapter():
-            return evaluate(model, sets, tel, "base")
-    return evaluate(model, sets, tel, "base")
+            return {**out, **evaluate(model, tokens, tel, "base")}
+    return {**out, **evaluate(model, tokens, tel, "base")}
 
 
 def base_from_telemetry(rows: list[dict]) -> dict:

@@ -21,16 +21,25 @@ def project(spec) -> str:
     return spec.logger.project or os.environ.get("WANDB_PROJECT") or DEFAULT_WANDB_PROJECT
 
 
+def _data(spec) -> str:
+    """The spoke's name, or the user's data (`file:<stem>`, a dataset id)."""
+    from mens.data.select import data_label, user_data
+
+    return data_label(spec.data) if user_data(spec) else spec.spoke.name
+
+
 def tags(spec) -> list[str]:
-    return [f"hw:{spec.hw.name}", f"rung:{spec.rung.name}", f"spoke:{spec.spoke.name}",
-            f"lane:{spec.lane.kind}", f"curriculum:{spec.curriculum.name}"]
+    out = [f"hw:{spec.hw.name}", f"rung:{spec.rung.name}", f"spoke:{spec.spoke.name}",
+           f"lane:{spec.lane.kind}", f"curriculum:{spec.curriculum.name}"]
+    return out + ([f"data:{_data(spec)}"] if _data(spec) != spec.spoke.name else [])
 
 
 def run_name(spec, started: float | None = None) -> str:
-    """`<rung>-<spoke>-<lane>-<HHMMSS>`; a sweep job adds the overrides that vary across the
-    sweep and are not already in the name (`…-train.seq_len=512`)."""
+    """`<rung>-<spoke or data>-<lane>-<HHMMSS>`; a sweep job adds the overrides that vary
+    across the sweep and are not already in the name (`…-train.seq_len=512`)."""
     stamp = time.strftime("%H%M%S", time.localtime(started or time.time()))
-    name = f"{spec.rung.name}-{spec.spoke.name}-{spec.lane.name}-{stamp}"
+    name = f"{spec.rung.name}-{_data(spec).replace(':', '_').replace('/', '_')}-" \
+           f"{spec.lane.name}-{stamp}"
     said = {"rung", "+rung", "spoke", "lane"}
     extra = [f"{k}={v}" for k, v in sweep_overrides() if k.lstrip("+~") not in said]
     return "-".join([name, *extra])
@@ -105,7 +114,7 @@ def log_summary(trainer, summary: dict) -> None:
     from lightning.pytorch.loggers import WandbLogger
 
     flat = {k: v for k, v in summary.items() if not isinstance(v, (dict, str))}
-    flat.update({f"collateral/{k}": v for k, v in summary.get("collateral", {}).items()
+    flat.update({f"collateral/{k}": v for k, v in (summary.get("collateral") or {}).items()
                  if not isinstance(v, str)})
     for logger in trainer.loggers:
         if isinstance(logger, WandbLogger):

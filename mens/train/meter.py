@@ -138,6 +138,20 @@ class MpsMeter(CpuMeter):
         return self.base
 
 
+def window_opener(meter, before=None):
+    """A Lightning callback that opens a run's window where calibration's opens it (at train
+    start: after setup and, on resume, after the checkpoint restore), so the two compare."""
+    from lightning.pytorch.callbacks import Callback
+
+    class Opener(Callback):
+        def on_train_start(self, trainer, module):
+            if before:
+                before()
+            meter.start()
+
+    return Opener()
+
+
 def window_callback(meter, steps: int, say):
     """A Lightning callback: opens the window at train start, reads it after every optimizer
     step, and reports through say(**fields) (mens.calibrate writes them to measure.json)."""
@@ -175,20 +189,19 @@ def window_callback(meter, steps: int, say):
 
 def saved_bytes(arch, kind: str = "full", precision: str = "fp32", seq_len: int = 128,
                 micro_batch: int = 2, seed: int = 0) -> int:
-    """Bytes autograd keeps for backward after one packed forward of a random Qwen3 of `arch`
+    """Bytes autograd keeps for backward after one packed forward of a random model of `arch`
     (mens.plan.memory.Arch) with the lane's trainable set: the count behind the contract's
     act_bytes (parameters themselves excluded; each storage counted once)."""
     import torch
-    from transformers import Qwen3ForCausalLM
 
     from mens.config.schema import LaneConfig, LoraConfig
     from mens.data.pack import block_causal_mask
-    from mens.model.load import DTYPES, apply_lane, base_dtype, qwen3_config
+    from mens.model.load import DTYPES, apply_lane, base_dtype, causal_lm_class, hf_config
 
     torch.manual_seed(seed)
-    cfg = qwen3_config(arch)
+    cfg = hf_config(arch)
     cfg._attn_implementation = "sdpa"
-    model = Qwen3ForCausalLM(cfg).to(base_dtype(kind, precision))
+    model = causal_lm_class(arch)(cfg).to(base_dtype(kind, precision))
     if kind != "full":   # LoRA r16 on every linear layer (the schema's default targets)
         model = apply_lane(model, LaneConfig(name="meter", kind="lora", lora=LoraConfig(r=16),
                                              gradient_checkpointing=False))

@@ -5,8 +5,7 @@ the dpo lane minimises a DPO loss (lane.dpo.loss: TRL's sigmoid, hinge or ipo; s
 on chosen/rejected pairs against reference log-probs computed once, before training, from the
 initial policy — which *is* the base with the adapter disabled (LoRA's B starts at 0) or, from
 `train.init_adapter`, the frozen SFT policy.
-Data order is a function of (seed, epoch) only, so a resumed run sees the batches it would
-have seen; the loader's position is saved in every checkpoint.
+The data side (rows, batches, the loader's position) is mens.train.datamodule.
 """
 from __future__ import annotations
 
@@ -19,125 +18,35 @@ import torch.nn.functional as F
 
 from mens.config.schema import DPO_LOSSES
 from mens.errors import ConfigError, RunFailed
-from mens.data.pack import IGNORE, Example, collate, pack, pad_batch
+from mens.data.pack import IGNORE
+from mens.train.datamodule import Position, pair_batch
+from mens.train.strategy import all_sum
 
 
-class Position:
-    """Batches finished in the current epoch: saved in checkpoints, read back to skip them."""
-    def __init__(self):
-        self.epoch, self.done, self.skip = 0, 0, 0
+def sequence_logps(model, batch, chunked: bool = True) -> torch.Tensor:
+    """Sum of log p(label) over each row's supervised tokens: (B,). chunked: the head runs chunk
+    by chunk (mens.train.chunked_ce) and the (B, S, V) logits are never held."""
+    from mens.train.chunked_ce import hidden_and_head, row_logps
+
+    if not chunked:   # train.loss=full_logits: the whole (B, S, V) at once
+        logits = model(input_ids=batch["input_ids"], attention_mask=batch.get("attention_mask"),
+                       position_ids=batch["position_ids"]).logits[:, :-1].float()  # (B, S-1, V)
+        labels = batch["labels"][:, 1:]                                          # (B, S-1)
+        logp = torch.gather(F.log_softmax(logits, -1), 2, labels.clamp(min=0)[..., None])[..., 0]
+        return (logp * (labels != IGNORE)).sum(-1)
+    inputs = {k: batch[k] for k in ("input_ids", "attention_mask", "position_ids") if k in batch}
+    h, w, b, cap = hidden_and_head(model, inputs)                               # h: (B, S, H)
+    return row_logps(h, w, batch["labels"], softcap=cap, bias=b)
 
 
-class SkipBatches(torch.utils.data.Sampler):
-    """Fixed batches of indices; after a resume the first `position.skip` are not yielded."""
-    def __init__(self, n: int, micro: int, position: Position):
-        self.batches = [list(range(i, min(i + micro, n))) for i in range(0, n, micro)]
-        self.position = position
+def lm_loss(model, batch, num_items=None) -> torch.Tensor:
+    """The causal-LM loss (HF's: shifted, mean over supervised tokens) with the head run chunk by
+    chunk and each chunk's gradient made in the forward (mens.train.chunked_ce). num_items: the
+    divisor instead of this batch's supervised tokens (several ranks: see MensModule)."""
+    from mens.train.chunked_ce import causal_lm_loss, hidden_and_head
 
-    def __iter__(self):   # a generator: the skip is read at the first next(), after loading
-        start, self.position.skip = self.position.skip, 0
-        yield from self.batches[start:]
-
-    def __len__(self):
-        return len(self.batches)
-
-
-class ResumableLoader(torch.utils.data.DataLoader):
-    """Lightning saves `state_dict()` of loaders that have one (mid-epoch resume)."""
-    def __init__(self, items, micro: int, collate_fn, position: Position):
-        super().__init__(items, batch_sampler=SkipBatches(len(items), micro, position),
-                         collate_fn=collate_fn)
-        self.position = position
-
-    def state_dict(self) -> dict:
-        return {"epoch": self.position.epoch, "done": self.position.done}
-
-    def load_state_dict(self, state: dict) -> None:
-        if state.get("epoch") == self.position.epoch:
-            self.position.skip = self.position.done = state["done"]
-
-
-def epoch_items(examples: dict, records: list, spec, epoch: int, pairs: bool):
-    """The rows (packed SFT), examples (unpacked SFT) or pair examples of one epoch."""
-    from mens.data.curriculum import epoch_records, shuffle_within_phase
-
-    cur = spec.curriculum
-    recs = shuffle_within_phase(epoch_records(records, list(cur.caps), list(cur.phases), epoch),
-                                spec.train.seed, epoch)
-    items = [examples[r["id"]] for r in recs]
-    if pairs or not spec.train.packing:
-        return items
-    # FFD emits a phase's rows longest-first: shuffle rows within each phase by (seed, epoch)
-    return shuffle_within_phase(pack(items, spec.train.seq_len), spec.train.seed, epoch,
-                                key=lambda row: row.phase)
-
-
-class MensData(L.LightningDataModule):
-    def __init__(self, spec, examples: dict, records: list, pairs: bool, mask_dtype,
-                 eval_sets: dict | None = None):
-        super().__init__()
-        self.spec, self.examples, self.records, self.pairs = spec, examples, records, pairs
-        self.eval_sets = eval_sets or {}     # {role: (spoke, [Example])}: the validation loop's
-        self.mask_dtype, self.position = mask_dtype, Position()
-        self.epochs = [epoch_items(examples, records, spec, e, pairs)
-                       for e in range(spec.curriculum.epochs)]
-
-    def collate(self, items):
-        if self.pairs:
-            batch = pair_batch(items, self.spec.train.seq_len)
-            real = sum(min(len(e), self.spec.train.seq_len) for p in items for e in p[:2])
-        elif isinstance(items[0], Example):
-            longest = max(len(x) for x in items)
-            batch = pad_batch(items, min(longest, self.spec.train.seq_len))
-            real = int(batch["attention_mask"].sum())
-        else:
-            batch = collate(items, self.mask_dtype)
-            real = sum(r.real_tokens for r in items)
-        batch["real_tokens"] = torch.tensor(real)
-        return batch
-
-    def train_dataloader(self):
-        epoch = self.trainer.current_epoch if self.trainer else 0
-        if self.position.epoch != epoch:
-            self.position.epoch, self.position.done = epoch, 0
-        items = self.epochs[min(epoch, len(self.epochs) - 1)]
-        return ResumableLoader(items, self.spec.train.micro_batch, self.collate, self.position)
-
-    def val_dataloader(self):
-        """One loader per held-out set (eval, collateral), batched as evaluate.eval_loss
-        batches them (longest first, 4 a batch), so its numbers are the same."""
-        from mens.train.evaluate import EVAL_MICRO, eval_chunks
-
-        return [torch.utils.data.DataLoader(eval_chunks(exs, EVAL_MICRO), batch_size=None,
-                                            collate_fn=lambda c: pad_batch(c, max(map(len, c))))
-                for _, exs in self.eval_sets.values()]
-
-    def steps_per_epoch(self) -> list[int]:
-        t = self.spec.train
-        return [math.ceil(math.ceil(len(items) / t.micro_batch) / t.grad_accum)
-                for items in self.epochs]
-
-    def planned_steps(self) -> int:
-        total = sum(self.steps_per_epoch())
-        return min(total, self.spec.train.max_steps) if self.spec.train.max_steps > 0 else total
-
-
-def pair_batch(pairs, seq_len: int) -> dict:
-    """[(chosen Example, rejected Example, pair index)] → chosen rows then rejected rows."""
-    exs = [p[0] for p in pairs] + [p[1] for p in pairs]
-    batch = pad_batch(exs, min(seq_len, max(len(e) for e in exs)))
-    batch["pair_index"] = torch.tensor([p[2] for p in pairs])
-    return batch
-
-
-def sequence_logps(model, batch) -> torch.Tensor:
-    """Sum of log p(label) over each row's supervised tokens: (B,)."""
-    logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
-                   position_ids=batch["position_ids"]).logits[:, :-1].float()   # (B, S-1, V)
-    labels = batch["labels"][:, 1:]                                              # (B, S-1)
-    mask = labels != IGNORE
-    logp = torch.gather(F.log_softmax(logits, -1), 2, labels.clamp(min=0)[..., None])[..., 0]
-    return (logp * mask).sum(-1)
+    h, w, b, cap = hidden_and_head(model, batch)                                # h: (B, S, H)
+    return causal_lm_loss(h, w, batch["labels"], softcap=cap, bias=b, num_items=num_items)
 
 
 def dpo_losses(chosen_logratio: torch.Tensor, rejected_logratio: torch.Tensor, beta: float,
@@ -176,6 +85,8 @@ class MensModule(L.LightningModule):
         # loader before a checkpoint is restored, and its first batch would be prefetched
         # before the saved loader position could be applied
         self.planned_steps = planned_steps
+        # train.loss, resolved by the plan (a spec without it: the plain full-logits loss)
+        self.chunked = getattr(getattr(spec, "train", None), "loss", None) == "chunked"
         self.ref_logps = ref_logps          # (n_pairs, 2): chosen, rejected — dpo only
         self.strict_loading = False         # checkpoints hold trainable weights only
         self.last = {}
@@ -185,45 +96,67 @@ class MensModule(L.LightningModule):
     def configure_model(self):
         if self.model is None:
             self.model = self.build()
+        mesh = self.device_mesh   # set by ModelParallelStrategy (hw.strategy=fsdp2) only
+        if mesh is not None:
+            from torch.distributed.fsdp import FSDPModule, fully_shard
+
+            if isinstance(self.model, FSDPModule):   # Lightning may call this hook again
+                return
+            # one FSDP2 unit per decoder layer (its weights gathered only while it runs), then
+            # the root: embeddings, final norm and the (tied) head
+            dp = mesh["data_parallel"]
+            for layer in self.model.get_decoder().layers:
+                fully_shard(layer, mesh=dp)
+            fully_shard(self.model, mesh=dp)
+
+    def world(self) -> int:
+        return getattr(self._trainer, "world_size", 1) if self._trainer is not None else 1
 
     def training_step(self, batch, batch_idx):
         self.position.done += 1
         self.counts["real"] += int(batch.pop("real_tokens"))
         self.counts["valid"] += int((batch["labels"] != IGNORE).sum())
         self.counts["slots"] += batch["input_ids"].numel()
+        world = self.world()
         if self.ref_logps is not None:
-            loss = self.dpo_loss(batch)
+            loss = self.dpo_loss(batch, world)
+        elif world == 1:
+            loss = lm_loss(self.model, batch) if self.chunked else self.model(**batch).loss
         else:
-            loss = self.model(**batch).loss
-        if not torch.isfinite(loss):
-            raise RunFailed(f"the loss became {loss.item()} at step {self.global_step + 1} "
+            # Several ranks: each rank's loss is its summed NLL over (all ranks' supervised
+            # tokens / world); the gradient average over ranks (DDP, FSDP2) then equals one
+            # process's token mean over the whole batch, and a rank whose rows are all
+            # repeats (strategy.Repeat) adds exactly 0
+            n = all_sum((batch["labels"][:, 1:] != IGNORE).sum()).float() / world
+            loss = lm_loss(self.model, batch, num_items=n) if self.chunked else \
+                self.model(**batch, num_items_in_batch=n).loss
+        logged = loss.detach() if world == 1 else all_sum(loss.detach()) / world   # the batch's
+        if not torch.isfinite(logged):   # the same on every rank: all of them stop
+            raise RunFailed(f"the loss became {logged.item()} at step {self.global_step + 1} "
                             f"(epoch {self.current_epoch}): training stopped. Lower "
                             f"lane.optimizer.lr (or raise warmup) or check the data.")
-        self.last["loss"] = loss.detach()
+        self.last["loss"] = logged
         # the progress bar's; the loggers get every TRAIN_STEP number (trainer.StepTelemetry)
-        self.log("train/loss", loss, prog_bar=True, logger=False)
+        self.log("train/loss", logged, prog_bar=True, logger=False)
         return loss
 
     def validation_step(self, batch, batch_idx, dataloader_idx: int = 0):
         """Summed NLL and token count of one held-out batch (trainer.HeldOutEval averages)."""
-        labels = batch.pop("labels")
-        logits = self.model(**batch).logits[:, :-1].float()                  # (B, S-1, V)
-        target = labels[:, 1:]                                              # (B, S-1)
-        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), target.reshape(-1),
-                               ignore_index=IGNORE, reduction="sum")
+        nll = -sequence_logps(self.model, batch).sum()           # summed over supervised tokens
         sums = self.val_sums.setdefault(dataloader_idx, [0.0, 0])
-        sums[0] += loss.item()
-        sums[1] += int((target != IGNORE).sum())
+        sums[0] += nll.item()
+        sums[1] += int((batch["labels"][:, 1:] != IGNORE).sum())
 
     def on_validation_model_eval(self):
         from mens.model.load import eval_mode
         eval_mode(self)   # keeps bitsandbytes 4-bit layers in train mode (see eval_mode)
 
-    def dpo_loss(self, batch) -> torch.Tensor:
+    def dpo_loss(self, batch, world: int = 1) -> torch.Tensor:
         idx = batch.pop("pair_index")
+        keep = batch.pop("keep", None)        # False: a rank's repeated pair (strategy.Repeat)
         n = len(idx)
         loss_type = self.spec.lane.dpo.loss
-        logps = sequence_logps(self.model, batch)                                 # (2n,)
+        logps = sequence_logps(self.model, batch, self.chunked)                   # (2n,)
         ref = self.ref_logps.to(logps.device)[idx]                                # (n, 2)
         policy_chosen, policy_rejected = logps[:n], logps[n:]
         ref_chosen, ref_rejected = ref[:, 0], ref[:, 1]
@@ -235,6 +168,15 @@ class MensModule(L.LightningModule):
         chosen = policy_chosen - ref_chosen          # log-ratios; rewards are beta times these
         rejected = policy_rejected - ref_rejected
         margin = beta * chosen - beta * rejected
+        if world > 1:   # means over every rank's pairs (repeats weigh 0), as in one process
+            k = torch.ones_like(margin) if keep is None else keep.to(margin)
+            pairs = all_sum(k.sum())
+            stats = all_sum(torch.stack([(beta * chosen * k).sum(), (beta * rejected * k).sum(),
+                                         (margin * k).sum(), ((margin > 0).to(k) * k).sum()])
+                            .detach()) / pairs
+            self.last.update(dict(zip(("rewards/chosen", "rewards/rejected", "rewards/margins",
+                                       "rewards/accuracies"), stats)))
+            return (dpo_losses(chosen, rejected, beta, loss_type) * k).sum() / (pairs / world)
         self.last.update({"rewards/chosen": (beta * chosen).mean().detach(),
                           "rewards/rejected": (beta * rejected).mean().detach(),
                           "rewards/margins": margin.mean().detach(),
@@ -270,6 +212,7 @@ class MensModule(L.LightningModule):
         checkpoint["state_dict"] = {k: v for k, v in checkpoint["state_dict"].items()
                                     if k in trainable}
         checkpoint["mens_rng"] = {"torch": torch.get_rng_state(), "python": random.getstate()}
+        checkpoint["mens_world_size"] = self.world()   # a resume must use the same (run.py)
 
     def on_load_checkpoint(self, checkpoint):
         rng = checkpoint.get("mens_rng")

@@ -8,14 +8,15 @@ base loads and extra Lightning callbacks — never by replacing this module's fu
 """
 from __future__ import annotations
 
+import os
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from mens.errors import DataError, Interrupted, MensError
-from mens.rundir import RunDir
+from mens.errors import ConfigError, DataError, Interrupted, MensError
+from mens.rundir import RunDir, rank_zero
 from mens.train.telemetry import Telemetry, git_commit, host
 
 
@@ -34,27 +35,38 @@ def train_run(spec, plan, out_dir: Path, resume: bool = False,
     import lightning as L
     import torch
 
-    from mens.data.corpus import is_pair, load_spoke
     from mens.data.curriculum import epoch_counts
-    from mens.data.examples import examples_for
+    from mens.data.examples import example_records, examples_for
+    from mens.data.select import train_records
     from mens.data.pack import mask_dtype_for, packing_stats
     from mens.model.load import load_model, load_tokenizer, trainable_count
-    from mens.train.evaluate import base_from_telemetry, eval_sets, evaluate, evaluate_base
-    from mens.train.meter import meter_for
-    from mens.train.module import MensData, MensModule, reference_logps
-    from mens.train.loggers import close_loggers, log_weights
-    from mens.train.trainer import build_trainer, log_eval, quiet_libraries
+    from mens.train.evaluate import eval_sets, evaluate_base, loop_sets
+    from mens.train.meter import meter_for, window_opener
+    from mens.train.datamodule import MensData
+    from mens.train.module import MensModule, reference_logps
+    from mens.train import allocator
+    from mens.train.strategy import RUN_DIR_ENV, release, world
+    from mens.train.trainer import build_trainer, quiet_libraries
 
     hooks = hooks or RunHooks()
+    # a rank that rank 0 started trains into rank 0's run dir, whatever its own Hydra resolved
+    out_dir = Path(os.environ.get(RUN_DIR_ENV) or out_dir)
+    devices, nodes, strategy = world(spec)
+    size = devices * nodes
     quiet_libraries(spec)
+    # train.heap (resolved by the plan): glibc's own, or a fixed 8 MiB mmap threshold
+    heap = allocator.configure(spec.hw.backend) if spec.train.heap == "fixed" else \
+        {"allocator": "default"}
     run = RunDir(out_dir)
     tel = Telemetry(run.telemetry)
     notes = list(spec.notes)
     if not resume:
         tel.emit("TRAIN_START", spec=spec.to_dict(), plan=plan.to_dict(), git=git_commit(),
-                 versions=spec.versions, host=host(), argv=sys.argv)
+                 versions=spec.versions, host=host(), argv=sys.argv, allocator=heap,
+                 world_size=size, strategy=strategy)
     else:
-        tel.emit("RESUME", checkpoint=str(run.last_checkpoint))
+        _same_world(run, size)
+        tel.emit("RESUME", checkpoint=str(run.last_checkpoint), world_size=size)
     for n in notes:
         if n.startswith("GPU_FALLBACK"):
             print(f"mens: {n}", file=sys.stderr)
@@ -64,49 +76,83 @@ def train_run(spec, plan, out_dir: Path, resume: bool = False,
 
     tokenizer = load_tokenizer(spec.rung, notes)
     pairs = spec.lane.kind == "dpo"
-    records, data_stats = load_spoke(spec.spoke, split="train", seed=spec.train.seed)
-    kept = [r for r in records if is_pair(r) == pairs]   # dpo trains on pairs, SFT on the rest
-    data_stats[f"excluded_{'sft' if pairs else 'pair'}_records"] = len(records) - len(kept)
-    records = kept
+    records, data_stats, label = train_records(spec)
     phases = list(spec.curriculum.phases)
     examples, tok_stats = examples_for(records, tokenizer, spec, phases, pairs)
-    tel.emit("DATA", **{**data_stats, **tok_stats, "spoke": spec.spoke.name})
+    tel.emit("DATA", **{**data_stats, **tok_stats, "spoke": spec.spoke.name, "data": label,
+                        "lock": list(getattr(spec, "data_lock", None) or [])})
     skipped = tok_stats["unsupervised_records_skipped"]
     if skipped:   # counted in the DATA row, said on the console
-        print(f"mens: skipped {skipped} of {len(records)} {spec.spoke.name} records whose answer "
+        print(f"mens: skipped {skipped} of {len(records)} {label} records whose answer "
               f"lies wholly beyond train.seq_len={spec.train.seq_len} (no token to learn from)",
               file=sys.stderr)
     if not examples:
-        raise DataError(f"no {spec.spoke.name} record keeps an answer token within "
+        raise DataError(f"no {label} record keeps an answer token within "
                         f"train.seq_len={spec.train.seq_len}: raise train.seq_len (or leave it "
                         f"auto).", key="train.seq_len")
-    records = [r for r in records if r["id"] in examples]
+    records = example_records(records, examples)
     sets = eval_sets(spec, tokenizer)
 
     meter = meter_for(spec.hw.backend)     # the peak as calibration measures it (meter.py)
 
     def before_base():
+        if spec.train.heap == "fixed":
+            allocator.trim()               # freed heap pages back: the baseline is what is used
         meter.baseline()                   # what is resident before the model loads
         if hooks.before_base:
             hooks.before_base()
     model, _ = load_model(spec, notes, before_base=before_base, tokenizer=tokenizer)
+    packed = not pairs and spec.train.packing and spec.train.attention == "per_record"
+    if packed:   # attention per packed record (no b·s² mask), where the model allows it
+        from mens.train.attention import use_packed_attention
+        packed, why = use_packed_attention(model, spec.train.seq_len)
+        if not packed:
+            notes.append(f"FALLBACK attention: {why}")
+    tel.emit("PATHS", attention="per_record" if packed else "block_mask" if spec.train.packing
+             and not pairs else "padded", loss=spec.train.loss, heap=heap)   # what this run uses
+    for n in notes[len(spec.notes):]:   # what loading did other than the spec said: loud, kept
+        print(f"mens: note: {n}", file=sys.stderr)
+        tel.emit("NOTE", detail=n)
     trainable, total = trainable_count(model)
     data = MensData(spec, examples, records, pairs, mask_dtype_for(model.config),
-                    eval_sets=sets if spec.train.eval_every else None)
+                    eval_sets=loop_sets(sets) if spec.train.eval_every else None,
+                    block_mask=not packed)
     counts = epoch_counts(records, list(spec.curriculum.caps), phases)
     for e, c in enumerate(counts):
         extra = {} if pairs or not spec.train.packing else packing_stats(data.epochs[e])
         tel.emit("CURRICULUM", epoch=e, cap=spec.curriculum.caps[min(e, len(spec.curriculum.caps) - 1)],
                  **c, **extra)
-    base_eval = evaluate_base(model, sets, spec, tel) if not resume else None
+    refs: dict = {}                        # held-out pairs' reference log-probs (dpo)
+    # the base's numbers come from rank 0 (the other ranks' would be the same)
+    base_eval = evaluate_base(model, sets, spec, tel, refs) if not resume and rank_zero() \
+        else None
+    if resume:   # held-out pairs' references: the policy before the checkpoint is restored
+        refs = {r: reference_logps(model, s[1], spec) for r, s in sets.items()
+                if s[1] and isinstance(s[1][0], tuple)}
     ref = reference_logps(model, list(examples.values()), spec) if pairs else None
     module = MensModule(model, spec, data.position, data.planned_steps(), ref)
+    # loading, the base evaluation and (on resume) the checkpoint restore stay outside the window
+    opener = window_opener(meter, allocator.trim if spec.train.heap == "fixed" else None)
     trainer, _ = build_trainer(spec, plan, run.path, tel, data, trainable,
-                               extra_callbacks=hooks.callbacks, job_type=job_type,
-                               eval_sets=sets)
-    last = run.last_checkpoint
+                               extra_callbacks=[opener, *hooks.callbacks], job_type=job_type,
+                               eval_sets=loop_sets(sets), meter=meter)
     t0 = time.time()
-    meter.start()                          # loading and the base evaluation stay outside
+    try:
+        return _fit_and_finish(trainer, module, data, model, tokenizer, spec, plan, run, tel,
+                               meter, sets, refs, base_eval, (trainable, total), t0, strategy, size,
+                               resume)
+    finally:   # every way out: the process group closed, the launcher's environment cleared
+        release()
+
+
+def _fit_and_finish(trainer, module, data, model, tokenizer, spec, plan, run, tel, meter, sets,
+                    refs, base_eval, params, t0, strategy, size, resume):
+    from mens.train.evaluate import base_from_telemetry, evaluate
+    from mens.train.loggers import close_loggers, log_weights
+    from mens.train.strategy import distributed, full_state_dict, share
+    from mens.train.trainer import StepTelemetry, log_eval
+
+    last = run.last_checkpoint
     try:
         trainer.fit(module, datamodule=data, ckpt_path=str(last) if resume and last.exists() else None)
     except SystemExit:
@@ -127,29 +173,82 @@ def train_run(spec, plan, out_dir: Path, resume: bool = False,
         raise
     duration = time.time() - t0
     train_peak = meter.safe_read()
-    saved = _save_outputs(model, tokenizer, spec, run)
-    after = evaluate(model, sets, tel, "adapter")
+    sharded = strategy == "fsdp2" and distributed()
+    # FSDP2: the whole weights gathered to rank 0 (a collective) before rank 0 writes them
+    saved = _save_outputs(model, tokenizer, spec, run, full_state_dict(model) if sharded else None)
+    if not (rank_zero() or sharded):   # DDP: rank 0 evaluates and writes; the others wait
+        return share(None)
+    after = evaluate(model, sets, tel, "adapter", spec, refs)   # FSDP2: every rank, in step
+    if not rank_zero():
+        return share(None)
     log_eval(trainer, after)
     if base_eval is None:   # resumed: the base numbers are in the first run's EVAL rows
         base_eval = base_from_telemetry(run.telemetry_rows("EVAL"))
+    trainable, total = params
+    steps = next(c for c in trainer.callbacks if isinstance(c, StepTelemetry))
+    tokens, secs = steps.trained_tokens, steps.train_seconds
     summary = _summary(spec, plan, base_eval, after, trainer, duration, trainable, total,
                        train_peak, meter.kind)
+    # real tokens trained by every rank (summed at each step) per second of this session's
+    # steps (from the first step's start: set-up and the ranks' start excluded)
+    summary.update(world_size=size, strategy=strategy, train_tokens=tokens,
+                   tokens_per_sec=round(tokens / secs, 1) if secs > 0 else None)
     tel.emit("TRAIN_COMPLETE", **summary)
     log_weights(trainer, saved, spec)
     close_loggers(trainer, summary)
     tel.close()
     run.write_json(RunDir.SUMMARY, summary)
-    return summary
+    return share(summary)
 
 
-def _save_outputs(model, tokenizer, spec, run: RunDir) -> Path:
-    """adapter/ (PEFT) or model/ (full), written to a temp dir and renamed into place."""
+def _same_world(run: RunDir, size: int) -> None:
+    """A checkpoint holds one loader position per rank's share of the rows (and FSDP2 shards
+    of the optimizer): it continues only at the world size that wrote it."""
+    rows = [r for r in run.telemetry_rows() if "world_size" in r]
+    wrote = rows[-1]["world_size"] if rows else 1   # a run from before multi-device: 1
+    if wrote != size:
+        raise ConfigError(
+            f"{run} was trained by {wrote} process{'es' if wrote > 1 else ''} (world size "
+            f"{wrote}) and this resume would run {size}: a checkpoint continues only at the "
+            f"world size that wrote it (each rank's share of the rows and its loader position "
+            f"are saved per world size). Resume with hw.devices × hw.nodes = {wrote} as the "
+            f"run's spec.yaml had it, or start a new run from its spec with `python -m mens "
+            f"rerun={run}`.", key="hw.devices")
+
+
+def _save_outputs(model, tokenizer, spec, run: RunDir, state_dict=None) -> Path:
+    """adapter/ (PEFT) or model/ (full), written to a temp dir and renamed into place.
+    state_dict: the whole weights when the model is FSDP2-sharded (rank 0's copy)."""
+    r = spec.rung
+    hub_base = r.init == "pretrained" and not r.path and not r.tokenizer_bundled and r.repo_id
+
     def save(tmp: Path) -> None:
-        model.save_pretrained(str(tmp), safe_serialization=True)
+        if state_dict is None:
+            model.save_pretrained(str(tmp), safe_serialization=True)
+        else:
+            if getattr(model.config, "tie_word_embeddings", False):   # as save_pretrained drops it
+                state_dict.pop("lm_head.weight", None)
+            model.save_pretrained(str(tmp), safe_serialization=True, state_dict=state_dict)
+            _unsharded_name(tmp / "config.json", type(model).__name__)
         if spec.lane.kind == "full":
             tokenizer.save_pretrained(str(tmp))
+        elif hub_base:   # portable: the base by hub id and commit, not this machine's cache path
+            from mens.model.hub import portable_adapter
+            portable_adapter(tmp, r.repo_id, r.commit or r.revision)
     which = RunDir.MODEL if spec.lane.kind == "full" else RunDir.ADAPTER
     return run.save_dir(which, save)
+
+
+def _unsharded_name(config: Path, name: str) -> None:
+    """fully_shard renames the model's class FSDP<Class>, and save_pretrained writes that name
+    into config.json's architectures: the saved model is the plain class."""
+    import json
+
+    from mens.rundir import atomic_write
+
+    cfg = json.loads(config.read_text())
+    cfg["architectures"] = [a.removeprefix("FSDP") for a in cfg.get("architectures") or [name]]
+    atomic_write(config, json.dumps(cfg, indent=2) + "\n")
 
 
 def _summary(spec, plan, base, after, trainer, duration, trainable, total, train_peak,
@@ -159,16 +258,22 @@ def _summary(spec, plan, base, after, trainer, duration, trainable, total, train
     # predicts and calibration fits, so the two compare; the whole process's too, on CPU
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     process = rss * (1 if sys.platform == "darwin" else 1024)   # bytes on macOS, KiB on Linux
+    from mens.data.select import data_label, user_data
+
+    coll = after.get("collateral")
+    pairs = {k: after["eval"][k] for k in ("reward_accuracy", "reward_margin")
+             if k in after["eval"]}   # held-out preference pairs: DPO loss and rewards
     return {
         "spoke": spec.spoke.name, "lane": spec.lane.kind, "rung": spec.rung.name,
+        "data": data_label(spec.data) if user_data(spec) else spec.spoke.name,
         "eval_loss_base": base["eval"]["loss"], "eval_loss_adapter": after["eval"]["loss"],
         "eval_improvement_pct": 100 * (1 - after["eval"]["loss"] / base["eval"]["loss"]),
         "eval_records": after["eval"]["records"], "eval_tokens": after["eval"]["tokens"],
-        "collateral": {"spoke": after["collateral"]["spoke"],
-                       "eval_loss_base": base["collateral"]["loss"],
-                       "eval_loss_adapter": after["collateral"]["loss"],
-                       "records": after["collateral"]["records"],
-                       "tokens": after["collateral"]["tokens"]},
+        **({"eval_kind": "dpo", **{f"eval_{k}": v for k, v in pairs.items()}} if pairs else {}),
+        "collateral": None if coll is None else {
+            "spoke": coll["spoke"], "eval_loss_base": base["collateral"]["loss"],
+            "eval_loss_adapter": coll["loss"], "records": coll["records"],
+            "tokens": coll["tokens"]},
         "steps": trainer.global_step, "epochs": trainer.current_epoch,
         "duration_s": round(duration, 2), "trainable_params": trainable, "total_params": total,
         "predicted_peak_bytes": plan.peak_bytes, "measured_peak_bytes": train_peak,

@@ -36,6 +36,16 @@ def test_sweep_writes_one_record_per_job_each_from_its_own_child(tmp_path, mens_
     assert len({r["child"]["pid"] for r in recs}) == 2
     assert any("written to" in n for n in recs[0]["notes"])      # qlora: random weights on disk
     assert not (tmp_path / "sweep" / "1" / "model").exists()      # random-weight outputs dropped
+    # the same sweep again (after a crash or a stop) measures only what is left
+    (tmp_path / "sweep" / "1" / "calibration.json").unlink()
+    again = mens_cli("mens.calibrate", "-m", "lane=qlora,full", *FAST, "train.seq_len=128",
+                     "train.micro_batch=2", "rung.init=random", "calibrate.steps=2",
+                     f"calibrate.weights_cache={tmp_path / 'weights'}",
+                     f"hydra.sweep.dir={tmp_path / 'sweep'}")
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert again.stdout.count("already measured (ok)") == 1 and "cpu/qlora" in again.stdout
+    assert json.loads((tmp_path / "sweep" / "0" / "calibration.json").read_text()) == recs[0]
+    assert json.loads((tmp_path / "sweep" / "1" / "calibration.json").read_text())["status"] == "ok"
 
 
 def test_child_runs_in_the_sweeps_wandb_group():
@@ -129,6 +139,12 @@ def test_slurm_launcher_config_composes_on_the_real_submitit_plugin():
     launcher = cfg.hydra.launcher
     assert launcher._target_.endswith("submitit_launcher.SlurmLauncher")
     assert (launcher.gpus_per_node, launcher.tasks_per_node, launcher.timeout_min) == (1, 1, 120)
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):   # a training job
+        cfg = compose("mens", overrides=default_overrides(
+            ["+hw=h100", "hw.devices=4", "hw.nodes=2", "hydra/launcher=mens_slurm"]),
+            return_hydra_config=True)
+    launcher = cfg.hydra.launcher
+    assert (launcher.nodes, launcher.tasks_per_node, launcher.gpus_per_node) == (2, 4, 4)
 
 
 def test_a_training_run_reports_the_peak_the_planner_predicts(tiny_run):

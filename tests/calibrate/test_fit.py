@@ -211,3 +211,16 @@ def test_committed_held_out_records():
         assert s[name]["median_pct"] > 5 * s["mens"]["median_pct"], name
     calibrated = summary([r for r in rows(recs, c) if r["role"] == "held_out" and r["calibrated"]])
     assert calibrated["big"] >= 4 and calibrated["accepted"], calibrated
+
+
+def test_records_of_other_training_paths_are_counted_never_fitted():
+    """A record measured with train.attention=per_record (issue #13) cannot fit or test cells
+    fitted on the contract's paths: it is excluded, with the paths named."""
+    recs = grid()
+    lean = record(Q06, "0.6b", s=1024)
+    lean["id"] += "-lean"
+    lean["paths"] = {"attention": "per_record", "loss": "chunked", "heap": "fixed"}
+    result = fit(recs + [lean], load_contract())
+    (x,) = [x for x in result["excluded"] if x["id"] == lean["id"]]
+    assert "other training paths" in x["reason"] and "attention=per_record" in x["reason"]
+    assert len(result["cells"]["cpu/lora/nockpt/fp32"]["records"]) == len(recs)

@@ -77,13 +77,22 @@ def test_full_trace_on_request(mens_cli):
 def test_missing_weights_name_repo_place_and_fetch_command(mens_cli, tmp_path):
     cache = tmp_path / "hub"
     cache.mkdir()
-    p = mens_cli("mens", "+hw=cpu", "+rung=0.6b", f"hydra.run.dir={tmp_path}/r",
-                 env={"HF_HUB_CACHE": str(cache), "HF_HOME": str(tmp_path / "hf")})
+    env = {"HF_HUB_CACHE": str(cache), "HF_HOME": str(tmp_path / "hf"), "HF_HUB_OFFLINE": "1"}
+    p = mens_cli("mens", "+hw=cpu", "+rung=0.6b", f"hydra.run.dir={tmp_path}/r", env=env)
     assert p.returncode == 2
     no_traceback(p)
-    for w in ["Qwen/Qwen3-0.6B", str(cache), "hf download Qwen/Qwen3-0.6B", "rung.init=random"]:
+    for w in ["Qwen/Qwen3-0.6B", str(cache), "hf download Qwen/Qwen3-0.6B", "rung.init=random",
+              "HF_HUB_OFFLINE"]:
         assert w in p.stderr
     assert not (tmp_path / "r" / "plan.json").exists()   # refused before anything else
+    # online but no network (a closed port stands in for it): the plan fits, the download
+    # fails, exit 2 with the command that fetches exactly the files needed
+    env = {**env, "HF_HUB_OFFLINE": "0", "HF_ENDPOINT": "http://127.0.0.1:9"}
+    p = mens_cli("mens", "+hw=cpu", "+rung=0.6b", f"hydra.run.dir={tmp_path}/n", env=env)
+    assert p.returncode == 2, p.stderr
+    no_traceback(p)
+    assert "could not reach" in p.stderr and "hf download Qwen/Qwen3-0.6B" in p.stderr
+    assert (tmp_path / "n" / "plan.json").exists() and not (tmp_path / "n" / "summary.json").exists()
 
 
 def test_sweep_runs_every_job_and_exits_nonzero(mens_cli, tmp_path):
@@ -145,3 +154,24 @@ def test_spec_yaml_relaunches_the_same_run(mens_cli, tmp_path):
 def test_help_and_cfg_job(mens_cli):
     p = mens_cli("mens.plan", "--cfg", "job")
     assert p.returncode == 0 and "seq_len" in p.stdout
+
+
+def test_ctrl_c_surfacing_as_another_exception_still_exits_130(tmp_path):
+    """A KeyboardInterrupt raised inside a library's C code can come out as another exception
+    (torch: a ValueError from tensor construction); that is still the user's Ctrl-C."""
+    script = tmp_path / "task.py"
+    script.write_text(
+        "import os, signal, sys\n"
+        "from mens.cli.app import main\n"
+        "def task(cfg, out_dir):\n"
+        "    try:\n"
+        "        os.kill(os.getpid(), signal.SIGINT)\n"
+        "        signal.pthread_sigmask(signal.SIG_BLOCK, [])   # let the handler run\n"
+        "    except KeyboardInterrupt:\n"
+        "        raise ValueError('could not determine the shape of object type')\n"
+        "    return 0\n"
+        "sys.exit(main(task, ['+hw=cpu', f'hydra.run.dir={sys.argv[1]}']))\n")
+    p = subprocess.run([sys.executable, str(script), str(tmp_path / "run")], cwd=tmp_path,
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 130, p.stderr
+    assert "interrupted (ValueError" in p.stderr and "Traceback" not in p.stderr

@@ -376,7 +376,7 @@ def test_walk_covers_every_schema_class():
                      "LightningDefaults", "LoggerConfig"}
     keys = {k for k, *_ in LEAVES}
     assert {"hw.headroom.frac", "spoke.sources[].weight", "lane.dpo.loss", "logger.kind",
-            "hw.lightning.devices", "curriculum.caps"} <= keys
+            "hw.devices", "curriculum.caps"} <= keys
     assert len(source_files()) > 30 and all_reads()
 
 

@@ -22,8 +22,15 @@ BAD = [
     (["+hw=h100", "hw.memory_gb=nan"], "hw.memory_gb"),
     (["+hw=h100", "hw.memory_gb=inf"], "hw.memory_gb"),
     (["+hw=h100", "hw.tflops_bf16=0"], "hw.tflops_bf16"),
-    (["hw.lightning.devices=0"], "hw.lightning.devices"),
-    (["hw.lightning.devices=2"], "hw.lightning.devices"),       # read by nothing: one device
+    (["hw.nodes=0"], "hw.nodes"),
+    (["hw.devices=two"], "hw.devices"),
+    (["hw.strategy=fsdp"], "hw.strategy"),
+    (["cloud.mfu=0"], "cloud.mfu"),
+    (["cloud.mfu=1.5"], "cloud.mfu"),
+    (["cloud.setup_hours=-1"], "cloud.setup_hours"),
+    (["cloud.max_age_days=0"], "cloud.max_age_days"),
+    (["cloud.top=0"], "cloud.top"),
+    (["cloud.tokens=0"], "cloud.tokens"),
     (["hw.headroom.advisory_frac=0"], "hw.headroom.advisory_frac"),
     (["hw.headroom.advisory_frac=1.5"], "hw.headroom.advisory_frac"),
     (["hw.headroom.reserve_gb=-1"], "hw.headroom.reserve_gb"),
@@ -46,6 +53,14 @@ BAD = [
     (["spoke.min_rating=-1"], "spoke.min_rating"),
     (["spoke.min_rating=6"], "spoke.min_rating"),
     (["spoke.seq_len_hint=0"], "spoke.seq_len_hint"),
+    (["data=file", "data.path=x.jsonl", "data.min_rating=6"], "data.min_rating"),
+    (["data=file", "data.path=x.jsonl", "data.eval_fraction=0"], "data.eval_fraction"),
+    (["data=file", "data.path=x.jsonl", "data.eval_fraction=1"], "data.eval_fraction"),
+    (["data=file", "data.path=x.jsonl", "data.decontam_n=-1"], "data.decontam_n"),
+    (["data=file", "data.path=x.jsonl", "data.decontam_threshold=0"], "data.decontam_threshold"),
+    (["data=file", "data.path=x.jsonl", "data.format=chatml"], "data.format"),
+    (["data=file", "data.path=x.jsonl", "data.collateral=other"], "data.collateral"),
+    (["data=hf", "data.name=x/y", "data.source=s3"], "data.source"),
     (["spoke.sources.1.weight=-0.25"], "spoke.sources[1].weight"),
     (["lane.lora.r=0"], "lane.lora.r"),
     (["lane.lora.alpha=-32"], "lane.lora.alpha"),
@@ -82,6 +97,20 @@ BAD = [
     (["serve.max_tokens=0"], "serve.max_tokens"),
     (["serve.max_body_bytes=0"], "serve.max_body_bytes"),
     (["serve.max_header_bytes=-1"], "serve.max_header_bytes"),
+    (["gate.max_prompts=0"], "gate.max_prompts"),
+    (["gate.max_new_tokens=0"], "gate.max_new_tokens"),
+    (["gate.min_improvement_pct=101"], "gate.min_improvement_pct"),
+    (["gate.max_collateral_pct=-1"], "gate.max_collateral_pct"),
+    (["gate.min_pass_delta=2"], "gate.min_pass_delta"),
+    (["gate.max_collateral_pass_drop=1.5"], "gate.max_collateral_pass_drop"),
+    (["studio.port=70000"], "studio.port"),
+    (["studio.max_body_bytes=0"], "studio.max_body_bytes"),
+    (["afk.max_attempts=0"], "afk.max_attempts"),
+    (["afk.nice=20"], "afk.nice"),
+    (["afk.nice=-1"], "afk.nice"),
+    (["afk.memory_factor=0.5"], "afk.memory_factor"),
+    (["afk.memory_overhead_gb=-1"], "afk.memory_overhead_gb"),
+    (["afk.poll_s=0"], "afk.poll_s"),
     (["compare.prompts=0"], "compare.prompts"),
     (["compare.max_tokens=-5"], "compare.max_tokens"),
     (["calibrate.steps=0"], "calibrate.steps"),
@@ -90,6 +119,30 @@ BAD = [
     (["calibrate.max_rss_gb=0"], "calibrate.max_rss_gb"),
     (["calibrate.max_predicted_gb=-1"], "calibrate.max_predicted_gb"),
     (["calibrate.timeout_s=0"], "calibrate.timeout_s"),
+    (["teacher.concurrency=0"], "teacher.concurrency"),
+    (["teacher.max_retries=-1"], "teacher.max_retries"),
+    (["teacher.backoff_s=-1"], "teacher.backoff_s"),
+    (["teacher.timeout_s=0"], "teacher.timeout_s"),
+    (["teacher.temperature=2.5"], "teacher.temperature"),
+    (["teacher.max_tokens=0"], "teacher.max_tokens"),
+    (["teacher.candidates.0.price_in_per_mtok=-1"], "teacher.candidates[0].price_in_per_mtok"),
+    (["teacher=genius", "teacher.candidates.2.price_out_per_mtok=-0.5"],
+     "teacher.candidates[2].price_out_per_mtok"),
+    (["teacher.tier=cheap"], "teacher.tier"),
+    (["tree.depth=0"], "tree.depth"),
+    (["tree.branching=0"], "tree.branching"),
+    (["synth.per_leaf=0"], "synth.per_leaf"),
+    (["synth.repair_turns=-1"], "synth.repair_turns"),
+    (["synth.seed_examples=0"], "synth.seed_examples"),
+    (["synth.seed=-1"], "synth.seed"),
+    (["synth.oracle_timeout_s=0"], "synth.oracle_timeout_s"),
+    (["synth.oracle_memory_mb=8"], "synth.oracle_memory_mb"),
+    (["synth.strategy=many_shot"], "synth.strategy"),
+    (["curate.min_rating=6"], "curate.min_rating"),
+    (["curate.rating=0"], "curate.rating"),
+    (["curate.near_dup=0"], "curate.near_dup"),
+    (["curate.near_dup_n=0"], "curate.near_dup_n"),
+    (["curate.verdict=failed"], "curate.verdict"),
     # choices
     ([*DPO, "lane.dpo.loss=kto"], "lane.dpo.loss"),
     ([*DPO, "lane.dpo.loss=sigmod"], "lane.dpo.loss"),
@@ -197,7 +250,8 @@ def test_every_rule_has_a_failing_case_here():
 
     tried = {re.sub(r"\[\d+\]", "[]", key) for _, key in BAD}
     for key in [*RANGES, "lane.dpo.loss", "lane.quantization.type", "serve.device",
-                "serve.dtype", "hw.lightning.precision", "spoke.sources[].kind"]:
+                "serve.dtype", "hw.lightning.precision", "spoke.sources[].kind", "data.format",
+                "data.collateral", "data.source"]:
         assert key in tried, f"no BAD case for {key}"
         assert key in RANGES or key in CHOICES
 
@@ -284,7 +338,8 @@ def test_module_dpo_loss_uses_the_chosen_loss_and_ipo_averages_over_tokens(loss)
     from types import SimpleNamespace
 
     from mens.data.pack import IGNORE
-    from mens.train.module import MensModule, Position
+    from mens.train.datamodule import Position
+    from mens.train.module import MensModule
 
     torch.manual_seed(0)
     vocab, beta = 7, 0.5

@@ -27,7 +27,8 @@ def test_runspec_is_frozen_typed_and_fully_resolved(compile_run):
     with pytest.raises(dataclasses.FrozenInstanceError):
         spec.train.micro_batch = 99
     resolved = spec.config_dict()
-    assert resolved["hw"]["lightning"].pop("strategy") == "auto"   # Lightning's own choice
+    assert (resolved["hw"]["devices"], resolved["hw"]["strategy"]) == (1, "single")
+    assert resolved["data"].pop("format") == "auto"   # spoke data has mens's own record schema
     assert "auto" not in list(walk(resolved))
     assert isinstance(spec.train.seq_len, int) and isinstance(spec.lane.gradient_checkpointing, bool)
     assert spec.train.micro_batch * spec.train.grad_accum == spec.train.global_batch
@@ -87,8 +88,15 @@ def test_unpinned_revision_is_reported(compile_run):
 
 def test_random_init_needs_no_weights_to_train(compile_run, tmp_path, monkeypatch):
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
-    with pytest.raises(ConfigError):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(ConfigError) as e:
         compile_run("+hw=cpu", "+rung=0.6b", purpose="train")
+    assert "hf download Qwen/Qwen3-0.6B" in e.value.message and "HF_HUB_OFFLINE" in e.value.message
+    with pytest.raises(ConfigError):   # rung.download=false: never download, online or not
+        monkeypatch.delenv("HF_HUB_OFFLINE")
+        compile_run("+hw=cpu", "+rung=0.6b", "rung.download=false", purpose="train")
+    spec, _ = compile_run("+hw=cpu", "+rung=0.6b", purpose="train")   # online: fetched later
+    assert any("downloaded after the plan fits" in n for n in spec.notes)
     spec, _ = compile_run("+hw=cpu", "+rung=0.6b", "rung.init=random", purpose="train")
     assert spec.rung.init == "random"
 

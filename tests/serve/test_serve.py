@@ -4,6 +4,7 @@ through the official `openai` client, its answers checked against greedy decodin
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -27,9 +28,15 @@ def dirs(tiny_run, tmp_path_factory):
 @pytest.fixture(scope="module")
 def server(tiny_run, dirs):
     tmp, zero, loud = dirs
-    with running_server(tmp, f"run={tiny_run}", f"serve.adapters=['zero={zero}','loud={loud}']",
-                        f"serve.api_key={KEY}") as (url, proc):
-        yield url, proc
+    # the key by the name of its variable (the server inherits this environment); promotion
+    # mechanics without gates here (tests/gate/test_promote.py gates them)
+    os.environ["MENS_TEST_KEY"] = KEY
+    try:
+        with running_server(tmp, f"run={tiny_run}", f"serve.adapters=['zero={zero}','loud={loud}']",
+                            "serve.api_key_env=MENS_TEST_KEY", "serve.require_gate=false") as (url, proc):
+            yield url, proc
+    finally:
+        os.environ.pop("MENS_TEST_KEY", None)
 
 
 @pytest.fixture(scope="module")
@@ -200,9 +207,10 @@ def test_promote_and_rollback_without_restart(server, client, tiny_run, tmp_path
     assert chat(client, "vox_lang:champion", msgs).choices[0].message.content == mine
     # the CLI: the challenger (loud) becomes champion, the old champion the challenger
     cli = subprocess.run([sys.executable, "-m", "mens.serve", "promote", "vox_lang",
-                          f"serve.port={port}", f"serve.api_key={KEY}",
+                          f"serve.port={port}", "serve.api_key_env=MENS_TEST_KEY",
                           f"hydra.run.dir={tmp_path / 'admin'}"],
-                         capture_output=True, text=True, timeout=120)
+                         capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "MENS_TEST_KEY": KEY})
     assert cli.returncode == 0, cli.stderr
     assert json.loads(cli.stdout[cli.stdout.index("{"):]) == \
         {"spoke": "vox_lang", "champion": "loud", "challenger": tiny_run.name}

@@ -15,7 +15,8 @@ def test_the_model_can_be_built_inside_configure_model(compile_run, tmp_path):
     from mens.data.corpus import is_pair, load_spoke
     from mens.data.examples import examples_for
     from mens.model.load import load_model, load_tokenizer
-    from mens.train.module import MensData, MensModule
+    from mens.train.datamodule import MensData
+    from mens.train.module import MensModule
 
     spec, _ = compile_run(*FAST_TRAIN, "train.max_steps=2", purpose="train")
     tok = load_tokenizer(spec.rung)

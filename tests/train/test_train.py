@@ -43,6 +43,10 @@ def test_lora_run_leaves_a_complete_run_dir(compile_run, tmp_path):
                 "grad_norm", "real_tokens", "padding_pct", "planned_peak_mb"):
         assert steps[-1][key] is not None, key
     assert steps[-1]["gpu_util_pct"] is None and steps[-1]["gpu_vram_used_mb"] is None  # no GPU
+    # the training window's reading each step: what the plan's peak predicts (like for like)
+    window = [s["window_peak_mb"] for s in steps]
+    assert all(w is not None and w > 0 for w in window) and window == sorted(window)
+    assert window[-1] <= steps[-1]["peak_mem_mb"]
     assert {"CHECKPOINT", "EVAL", "CURRICULUM", "DATA"} <= set(events)
     from peft import PeftModel
     from transformers import AutoModelForCausalLM

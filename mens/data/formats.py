@@ -1,0 +1,203 @@
+"""One user record (any supported format) → mens's record: chat `messages`, a preference pair
+(`prompt`, `chosen`, `rejected` as message lists) or plain `text`.
+
+Formats, detected from the record's keys (after `data.columns` renames them) unless
+`data.format` says which:
+    messages           {"messages": [{"role", "content"}, …]}               OpenAI chat
+    sharegpt           {"conversations": [{"from", "value"}, …]}             ShareGPT
+    alpaca             {"instruction", "input"?, "output", "system"?}        Alpaca
+    prompt_completion  {"prompt", "completion"}                              strings or messages
+    text               {"text"}                                              continued pre-training
+    preference         {"prompt"?, "chosen", "rejected"}                     DPO (TRL's forms)
+Every problem is a `Bad(key, why)`: the caller adds file:line and raises DataError. No torch.
+"""
+from __future__ import annotations
+
+ROLES = ("system", "user", "assistant", "tool")
+SHAREGPT_ROLES = {"system": "system", "human": "user", "user": "user", "gpt": "assistant",
+                  "assistant": "assistant", "tool": "tool", "function_call": "assistant",
+                  "observation": "tool", "function": "tool"}
+EXPECTED = {
+    "messages": '{"messages": [{"role": "user", "content": …}, {"role": "assistant", …}]}',
+    "sharegpt": '{"conversations": [{"from": "human", "value": …}, {"from": "gpt", …}]}',
+    "alpaca": '{"instruction": …, "input": … (optional), "output": …}',
+    "prompt_completion": '{"prompt": …, "completion": …}',
+    "text": '{"text": …}',
+    "preference": '{"prompt": …, "chosen": …, "rejected": …}',
+}
+KIND = {"preference": "preference", "text": "text"}   # every other format is "sft"
+
+
+class Bad(Exception):
+    """A record that does not fit its format: `key` names the field."""
+
+    def __init__(self, key: str, why: str):
+        super().__init__(why)
+        self.key, self.why = key, why
+
+
+def detect(rec: dict) -> str | None:
+    """The format a record's keys say, or None."""
+    if "chosen" in rec and "rejected" in rec:
+        return "preference"
+    for fmt, key in (("messages", "messages"), ("sharegpt", "conversations")):
+        if key in rec:
+            return fmt
+    if "instruction" in rec and "output" in rec:
+        return "alpaca"
+    if "prompt" in rec and "completion" in rec:
+        return "prompt_completion"
+    if "text" in rec:
+        return "text"
+    return None
+
+
+def rename(rec: dict, columns: dict) -> dict:
+    """`data.columns` maps mens's field name to the data's column: {"instruction": "question"}."""
+    if not columns:
+        return rec
+    out = {k: v for k, v in rec.items() if k not in columns.values()}
+    for ours, theirs in columns.items():
+        if theirs in rec:
+            out[ours] = rec[theirs]
+    return out
+
+
+def _text(rec: dict, key: str) -> str:
+    v = rec.get(key)
+    if not isinstance(v, str):
+        raise Bad(key, f"`{key}` must be a string, not {type(v).__name__}"
+                  if key in rec else f"missing field `{key}`")
+    return v
+
+
+def _messages(v, key: str, roles: dict | None = None) -> list[dict]:
+    """A list of {role, content} (or ShareGPT {from, value} when `roles` maps them)."""
+    if not isinstance(v, list) or not v:
+        raise Bad(key, f"`{key}` must be a non-empty list of messages")
+    out = []
+    for i, m in enumerate(v):
+        rk, ck = ("from", "value") if roles else ("role", "content")
+        if not isinstance(m, dict) or rk not in m:
+            raise Bad(f"{key}[{i}]", f"`{key}[{i}]` must be an object with `{rk}` and `{ck}`")
+        role = roles.get(m[rk]) if roles else m[rk]
+        if role not in ROLES:
+            known = ", ".join(sorted(roles) if roles else ROLES)
+            raise Bad(f"{key}[{i}].{rk}", f"`{key}[{i}].{rk}` is {m[rk]!r}; it must be one of "
+                                         f"{known}")
+        content = m.get(ck)
+        if content is None and role == "assistant" and m.get("tool_calls"):
+            content = ""
+        if not isinstance(content, str):
+            raise Bad(f"{key}[{i}].{ck}", f"`{key}[{i}].{ck}` must be a string")
+        msg = {"role": role, "content": content}
+        if isinstance(m.get("reasoning_content"), str) and m["reasoning_content"]:
+            msg["reasoning_content"] = m["reasoning_content"]
+        out.append(msg)
+    return out
+
+
+def check_turns(msgs: list[dict], key: str, need_answer: bool = True) -> None:
+    """An optional leading system turn, then user and assistant turns alternating (tool results
+    sit between an assistant turn and the next assistant turn)."""
+    prev = None
+    for i, m in enumerate(msgs):
+        role = m["role"]
+        if role == "system":
+            if i != 0:
+                raise Bad(f"{key}[{i}].role", f"`{key}[{i}]` is a system turn after the first "
+                                              f"message: a system prompt must come first")
+        elif role == "user" and prev == "user" or role == "assistant" and prev == "assistant" \
+                or role == "tool" and prev not in ("assistant", "tool") \
+                or role == "assistant" and prev in (None, "system"):
+            raise Bad(f"{key}[{i}].role",
+                      f"roles do not alternate: `{key}[{i}]` is {role} after "
+                      f"{prev or 'the start'} (expected user and assistant turns in turn, "
+                      f"starting with user)")
+        prev = role
+    if need_answer and not any(m["role"] == "assistant" for m in msgs):
+        raise Bad(key, f"`{key}` has no assistant turn: nothing to learn from")
+
+
+def _with_system(msgs: list[dict], system: str | None) -> list[dict]:
+    if system and msgs and msgs[0]["role"] != "system":
+        return [{"role": "system", "content": system}] + msgs
+    return msgs
+
+
+def _as_messages(v, key: str, role: str) -> list[dict]:
+    return [{"role": role, "content": v}] if isinstance(v, str) else _messages(v, key)
+
+
+def normalize(rec: dict, fmt: str, system: str | None = None) -> dict:
+    """The record in mens's form: {"messages"} | {"prompt", "chosen", "rejected"} | {"text"}."""
+    if not isinstance(rec, dict):
+        raise Bad("record", "each record must be a JSON object")
+    if fmt == "text":
+        text = _text(rec, "text")
+        if not text.strip():
+            raise Bad("text", "`text` is empty")
+        return {"text": text}
+    if fmt == "preference":
+        return _pair(rec, system)
+    if fmt == "messages":
+        msgs = _messages(rec.get("messages"), "messages")
+    elif fmt == "sharegpt":
+        msgs = _messages(rec.get("conversations"), "conversations", SHAREGPT_ROLES)
+    elif fmt == "alpaca":
+        inp = rec.get("input") or ""
+        if not isinstance(inp, str):
+            raise Bad("input", "`input` must be a string")
+        user = _text(rec, "instruction") + (f"\n\n{inp}" if inp.strip() else "")
+        msgs = [{"role": "user", "content": user},
+                {"role": "assistant", "content": _text(rec, "output")}]
+        if isinstance(rec.get("system"), str) and rec["system"]:
+            msgs.insert(0, {"role": "system", "content": rec["system"]})
+    elif fmt == "prompt_completion":
+        for k in ("prompt", "completion"):
+            if k not in rec:
+                raise Bad(k, f"missing field `{k}`")
+        msgs = _as_messages(rec["prompt"], "prompt", "user") + \
+            _as_messages(rec["completion"], "completion", "assistant")
+    else:
+        raise Bad("format", f"unknown format {fmt!r}")
+    msgs = _with_system(msgs, system)
+    check_turns(msgs, "messages" if fmt == "messages" else
+                "conversations" if fmt == "sharegpt" else "messages")
+    return {"messages": msgs}
+
+
+def _pair(rec: dict, system: str | None) -> dict:
+    """TRL's preference forms: explicit prompt (string or messages) with chosen/rejected
+    (strings or assistant messages), or chosen/rejected as whole chats sharing the prompt."""
+    for k in ("chosen", "rejected"):
+        if k not in rec:
+            raise Bad(k, f"missing field `{k}`")
+    if "prompt" in rec:
+        prompt = _as_messages(rec["prompt"], "prompt", "user")
+        chosen = _as_messages(rec["chosen"], "chosen", "assistant")
+        rejected = _as_messages(rec["rejected"], "rejected", "assistant")
+    else:                       # implicit prompt: the shared prefix of two whole chats
+        c, r = _messages(rec["chosen"], "chosen"), _messages(rec["rejected"], "rejected")
+        if len(c) < 2 or c[:-1] != r[:-1]:
+            raise Bad("prompt", "without a `prompt`, `chosen` and `rejected` must be whole chats "
+                                "that differ only in their last (assistant) turn")
+        prompt, chosen, rejected = c[:-1], c[-1:], r[-1:]
+    prompt = _with_system(prompt, system)
+    check_turns(prompt, "prompt", need_answer=False)
+    if prompt[-1]["role"] != "user":
+        raise Bad("prompt", "`prompt` must end with a user turn")
+    for k, msgs in (("chosen", chosen), ("rejected", rejected)):
+        if [m["role"] for m in msgs] != ["assistant"]:
+            raise Bad(k, f"`{k}` must be one assistant answer")
+    return {"prompt": prompt, "chosen": chosen, "rejected": rejected}
+
+
+def words(rec: dict) -> list[str]:
+    """Lower-cased words of a record's whole text (for n-gram decontamination)."""
+    if "text" in rec:
+        text = rec["text"]
+    else:
+        msgs = rec["messages"] if "messages" in rec else rec["prompt"] + rec["chosen"]
+        text = " ".join(m["content"] for m in msgs)
+    return text.lower().split()

@@ -1,0 +1,90 @@
+"""`mens data inspect data=…`: what the data is before a run trains on it — detected format,
+counts per split and what each filter removed, token-length percentiles and a histogram (the
+run's own tokenizer and template), what a seq_len would cut, duplicates and contamination, and
+one record rendered through the chat template with the supervised text marked ⟦like this⟧.
+No torch: the same code path the planner uses (mens.data.sources, mens.data.lengths).
+"""
+from __future__ import annotations
+
+from mens.data import lengths as L
+
+BAR = 40
+
+
+def _spoke_dataset(cfg):
+    from mens.data.corpus import is_pair, load_eval, load_spoke
+    from mens.data.sources import Dataset
+
+    pairs = cfg.lane.kind == "dpo"
+    train, stats = load_spoke(cfg.spoke, "train", seed=cfg.train.seed)
+    train = [r for r in train if is_pair(r) == pairs]
+    held = [r for r in load_eval(cfg.spoke) if is_pair(r) == pairs]
+    seen, uniq = set(), []
+    for r in train:   # the mix upsamples: count each record once
+        if r["id"] not in seen:
+            seen.add(r["id"])
+            uniq.append(r)
+    stats = {"read": stats["read"], "below_min_rating": stats["below_min_rating"],
+             "upsampled": stats.get("upsampled", 0), "eval_from": "the spoke's eval.jsonl",
+             "train_records": len(uniq), "eval_records": len(held)}
+    return Dataset(uniq, held, "preference" if pairs else "sft", "mens (spoke corpus)", stats)
+
+
+def histogram(tokens: list[int], bins: int = 10) -> list[str]:
+    if not tokens:
+        return []
+    lo, hi = min(tokens), max(tokens)
+    width = max(1, -(-(hi - lo + 1) // bins))
+    counts = [0] * bins
+    for t in tokens:
+        counts[min(bins - 1, (t - lo) // width)] += 1
+    top = max(counts)
+    return [f"  {lo + i * width:>6}–{lo + (i + 1) * width - 1:<6} {c:>6}  "
+            f"{'█' * round(BAR * c / top) if top else ''}" for i, c in enumerate(counts)]
+
+
+def inspect(cfg, seq_len: int | None = None) -> dict:
+    """The report as a dict (`text` holds it printed)."""
+    from mens.data.select import data_label, dataset, user_data
+
+    user = user_data(cfg)
+    ds = dataset(cfg.data, cfg.lane.kind, list(cfg.curriculum.phases)) if user \
+        else _spoke_dataset(cfg)
+    name = data_label(cfg.data) if user else f"spoke {cfg.spoke.name}"
+    enc = L.encoder(cfg)
+    lens = L.lengths(ds, enc) if enc is not None else {"train": L.estimate(ds), "eval": []}
+    seq = seq_len or (cfg.train.seq_len if cfg.train.seq_len != "auto" else None)
+    if seq is None:
+        p99 = L.percentile([t for t, _ in lens["train"]], 99)
+        seq = max(L.ROUND, -(-p99 // L.ROUND) * L.ROUND)
+    s = ds.stats
+    out = {"data": name, "format": ds.format, "kind": ds.kind, "stats": s, "seq_len": seq,
+           "train": L.summary(lens["train"], seq), "eval": L.summary(lens["eval"], seq),
+           "lock": ds.lock}
+    lines = [f"mens data inspect · {name} · format {ds.format} ({ds.kind})",
+             f"records: {s.get('read', '?')} read → train {len(ds.train)} · eval {len(ds.eval)} "
+             f"(eval from {s.get('eval_from', '?')})"]
+    removed = {k: s[k] for k in ("duplicates_removed", "below_min_rating", "tag_filtered",
+                                 "eval_duplicates_removed_from_train",
+                                 "contaminated_eval_removed", "upsampled") if s.get(k)}
+    lines.append("removed/counted: " + (", ".join(f"{k} {v}" for k, v in removed.items())
+                                        or "nothing (no duplicates, no contamination)"))
+    if s.get("contaminated_examples"):
+        lines.append(f"  contaminated eval records ({s['decontam_n']}-grams): "
+                     + ", ".join(s["contaminated_examples"]))
+    how = "tokens (the model's tokenizer and chat template)" if enc is not None else \
+        "tokens ESTIMATED from characters (the model's tokenizer is not here)"
+    for split in ("train", "eval"):
+        x = out[split]
+        if x["records"]:
+            lines.append(f"{split} lengths in {how}: p50 {x['p50']} · p90 {x['p90']} · p99 "
+                         f"{x['p99']} · max {x['max']}")
+    lines += histogram([t for t, _ in lens["train"]])
+    t = out["train"]
+    lines.append(f"at seq_len {seq}: {t['truncated']} of {t['records']} training records are cut, "
+                 f"{t['unsupervised']} keep no answer token (skipped)")
+    if enc is not None and ds.train:
+        lines += ["", "one record through the chat template (⟦supervised⟧):",
+                  enc.marked(ds.train[0])]
+    out["text"] = "\n".join(lines)
+    return out

@@ -1,0 +1,326 @@
+"""The admission checks' logic: each `CHECKS[name](record)` returns the list of problems it
+found, exact and located (an empty list: the record passes). It only parses and validates —
+nothing in a record is ever run. mens.data.oracle runs these functions in a limited child
+process (`python -m mens.data.oracle_checks JOB`) for model output; mens.data.admission calls
+them in-process for mens's own template corpora. bash and cargo, the two checks that need an
+outside tool, are run by mens.data.oracle; what of them is pure Python (is there a block at
+all, do the ```toml blocks parse) lives here too.
+
+Every check looks only at the assistant side (for preference pairs: `chosen`), because that is
+what the model learns to produce; broken code in a user prompt is intended. An answer holding
+nothing checkable fails: an empty answer is no evidence.
+"""
+from __future__ import annotations
+
+import ast
+import functools
+import json
+import re
+import sys
+import tomllib
+from typing import Callable
+
+import yaml
+
+from mens.data.vox import VoxError, vox_check
+
+LANG = re.compile(r"[\w+-]*")
+TOOL_CALL = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.S)
+TOOLS = re.compile(r"<tools>\s*(.*?)\s*</tools>", re.S)
+SKILL_NAME = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
+SHELL_LANGS = ("bash", "sh", "shell")
+
+
+def fences(text: str) -> list[tuple[str, str]]:
+    """(lang, body) of every ``` fence, exactly what
+    re.findall(r"```([\\w+-]*)[^\\n]*\\n(.*?)```", text, re.S) returns, in linear time: that
+    regex backtracks quadratically on a line of many ``` with no newline after them, and the
+    parent process extracts blocks with this before any child runs."""
+    out, i = [], 0
+    while (start := text.find("```", i)) >= 0:
+        lang = LANG.match(text, start + 3).group()
+        nl = text.find("\n", start + 3 + len(lang))
+        end = text.find("```", nl + 1) if nl >= 0 else -1
+        if end < 0:          # no later opening can close either: the regex finds nothing more
+            break
+        out.append((lang, text[nl + 1:end]))
+        i = end + 3
+    return out
+
+
+def answers(record: dict) -> list[str]:
+    msgs = record.get("chosen") if "chosen" in record else record.get("messages", [])
+    return [m.get("content") or "" for m in msgs if m.get("role") == "assistant"]
+
+
+def blocks(record: dict, *langs: str) -> list[str]:
+    return [body for text in answers(record) for lang, body in fences(text) if lang in langs]
+
+
+# ---------------------------------------------------------------- tool calls and their schemas
+def schema_errors(value, schema, at: str = "$") -> list[str]:
+    """`value` against a JSON Schema (the dialect its $schema names, else 2020-12), through the
+    jsonschema library: one 'path: message' line per error, sorted by path."""
+    validator, invalid = _validator(json.dumps(schema, sort_keys=True))
+    if invalid:
+        return [f"{at}: {invalid}"]
+    errs = sorted(validator.iter_errors(value),
+                  key=lambda e: ([str(p) for p in e.absolute_path], e.message))
+    return [f"{at}{e.json_path[1:]}: {e.message}" for e in errs]
+
+
+@functools.lru_cache(maxsize=256)    # a corpus declares a few schemas: check each once
+def _validator(schema_json: str):
+    from jsonschema import Draft202012Validator, SchemaError
+    from jsonschema.validators import validator_for
+    schema = json.loads(schema_json)
+    cls = validator_for(schema, default=Draft202012Validator) if isinstance(schema, dict) \
+        else Draft202012Validator
+    try:
+        cls.check_schema(schema)
+    except SchemaError as e:
+        where = "/".join(map(str, e.absolute_path)) or "(root)"
+        return None, f"the schema itself is invalid at {where}: {e.message}"
+    return cls(schema), None
+
+
+def tool_calls(text: str) -> list[dict]:
+    """Every <tool_call> in a message as a dict; raises ValueError naming the bad one."""
+    calls = []
+    for k, body in enumerate(TOOL_CALL.findall(text), 1):
+        try:
+            c = json.loads(body)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"<tool_call> {k} is not JSON: {e}") from None
+        if not (isinstance(c, dict) and isinstance(c.get("name"), str)
+                and isinstance(c.get("arguments"), dict)):
+            raise ValueError(f"<tool_call> {k} needs a string `name` and an object `arguments`, "
+                             f"got {json.dumps(c)[:200]}")
+        calls.append(c)
+    return calls
+
+
+def declared_tools(rec: dict) -> dict[str, dict]:
+    system = next((m.get("content") or "" for m in rec.get("messages", rec.get("prompt", []))
+                   if m.get("role") == "system"), "")
+    found = TOOLS.search(system)
+    lines = found.group(1).splitlines() if found else []
+    tools = [json.loads(line) for line in lines if line.strip()]
+    return {t["name"]: t.get("parameters", {}) for t in tools}
+
+
+def tool_call_schema(rec: dict) -> list[str]:
+    """Every <tool_call> names a tool declared in the system prompt's <tools> block and its
+    arguments validate against that tool's JSON schema; at least one call."""
+    try:
+        tools = declared_tools(rec)
+    except (ValueError, KeyError, TypeError, AttributeError) as e:
+        return [f"system prompt: the <tools> block does not parse ({type(e).__name__}: {e})"]
+    problems, n = [], 0
+    for turn, text in enumerate(answers(rec), 1):
+        try:
+            calls = tool_calls(text)
+        except ValueError as e:
+            problems.append(f"assistant turn {turn}: {e}")
+            continue
+        for c in calls:
+            n += 1
+            name = c["name"]
+            if name not in tools:
+                problems.append(f"call {n} `{name}`: no such tool in <tools> (declared: "
+                                f"{', '.join(sorted(tools)) or 'none'})")
+            else:
+                problems += [f"call {n} `{name}` arguments {e}"
+                             for e in schema_errors(c["arguments"], tools[name])]
+    return problems if n or problems else ["no <tool_call> in the answer"]
+
+
+def transcript_structure(rec: dict) -> list[str]:
+    """system? then user; an assistant turn with N tool calls is followed by exactly N tool
+    results, then an assistant turn; a user turn follows only a final (call-free) assistant
+    turn; the transcript ends on a final assistant turn."""
+    msgs = rec.get("messages", [])
+    skip = 1 if msgs and msgs[0].get("role") == "system" else 0
+    state, pending = "user", 0                       # state: the role the next message must have
+    want = {"user": "a user turn", "final": "a user turn or the end", "assistant":
+            "an assistant turn", "tool": "a tool result"}
+    for n, m in enumerate(msgs[skip:], skip + 1):
+        role = m.get("role")
+        if pending:                                  # results of the previous turn's calls
+            if role != "tool":
+                return [f"message {n} ({role}): expected a tool result, {pending} call(s) of "
+                        f"the previous assistant turn are unanswered"]
+            pending -= 1
+            state = "assistant" if pending == 0 else state
+        elif state in ("user", "final") and role == "user":
+            state = "assistant"
+        elif state == "assistant" and role == "assistant":
+            try:
+                pending = len(tool_calls(m.get("content") or ""))
+            except ValueError as e:
+                return [f"message {n} (assistant): {e}"]
+            state = "tool" if pending else "final"
+        else:
+            return [f"message {n} ({role}): expected {want[state]}"]
+    return [] if state == "final" else [f"the transcript ends expecting {want[state]}; it must "
+                                        f"end on an assistant turn without tool calls"]
+
+
+# ---------------------------------------------------------------- mesh messages, SKILL.md
+def mesh_messages(rec: dict) -> list[str]:
+    """Each ```json block an assistant writes is a message or a list of messages with `id`,
+    `sender`, non-empty `recipients`, and `reply_to` naming an earlier message (from any turn)
+    or null; ids unique; following reply_to never loops. Messages quoted in user turns are
+    input (possibly malformed on purpose): their ids count as earlier, nothing more."""
+    seen: dict[str, str | None] = {}
+    written: list[str] = []
+    for n, m in enumerate(rec.get("messages", []), 1):
+        for lang, body in fences(m.get("content") or ""):
+            if lang != "json":
+                continue
+            try:
+                data = json.loads(body)
+            except json.JSONDecodeError as e:
+                if m.get("role") == "assistant":
+                    return [f"message {n}: ```json block is not JSON: {e}"]
+                continue
+            for msg in data if isinstance(data, list) else [data]:
+                if m.get("role") != "assistant":
+                    if isinstance(msg, dict) and isinstance(msg.get("id"), str):
+                        parent = msg.get("reply_to")
+                        seen.setdefault(msg["id"], parent if isinstance(parent, str) else None)
+                    continue
+                if not (isinstance(msg, dict) and isinstance(msg.get("id"), str)
+                        and isinstance(msg.get("sender"), str)
+                        and isinstance(msg.get("recipients"), list) and msg["recipients"]
+                        and all(isinstance(r, str) for r in msg["recipients"])):
+                    return [f"message {n}: {json.dumps(msg)[:200]} needs a string `id`, a string "
+                            f"`sender` and a non-empty list of string `recipients`"]
+                parent = msg.get("reply_to")
+                if msg["id"] in seen:
+                    return [f"message {n}: id `{msg['id']}` is used twice"]
+                if parent is not None and parent not in seen:
+                    return [f"message {n}: `{msg['id']}` replies to `{parent}`, which no earlier "
+                            f"message has as its id"]
+                seen[msg["id"]] = parent
+                written.append(msg["id"])
+    for start in written:                   # acyclic, checked outright rather than assumed
+        node, steps = start, 0
+        while node is not None and steps <= len(seen):
+            node, steps = seen.get(node), steps + 1
+        if node is not None:
+            return [f"the reply_to chain from `{start}` loops"]
+    return [] if written else ["no ```json message written by the assistant"]
+
+
+def skill_frontmatter(rec: dict) -> list[str]:
+    """The SKILL.md in the answer opens with `---` YAML front matter holding a kebab-case
+    `name` (≤64 chars) and a non-empty `description` (≤1024 chars)."""
+    docs = [b for b in blocks(rec, "markdown", "md") if b.startswith("---")]
+    docs += [t for t in answers(rec) if t.startswith("---")]
+    if not docs:
+        return ["no SKILL.md opening with `---` front matter in the answer"]
+    problems = []
+    for k, doc in enumerate(docs, 1):
+        head, sep, _ = doc.partition("\n---")
+        if not sep:
+            problems.append(f"SKILL.md {k}: the front matter is never closed by a `---` line")
+            continue
+        try:     # parsed from the rest of line 1 on: YAML's line numbers are the file's
+            meta = yaml.safe_load(head[3:])
+        except yaml.YAMLError as e:
+            problems.append(f"SKILL.md {k}: " + str(e).replace('"<unicode string>"', "SKILL.md"))
+            continue
+        if not isinstance(meta, dict):
+            problems.append(f"SKILL.md {k}: the front matter is not a mapping")
+            continue
+        name, desc = meta.get("name"), meta.get("description")
+        if not (isinstance(name, str) and SKILL_NAME.match(name) and len(name) <= 64):
+            problems.append(f"SKILL.md {k}: `name` must be kebab-case, at most 64 characters "
+                            f"(got {json.dumps(name, default=str)[:100]})")
+        if not (isinstance(desc, str) and 0 < len(desc.strip()) <= 1024):
+            problems.append(f"SKILL.md {k}: `description` must be a non-empty string of at most "
+                            f"1024 characters (a YAML mapping or list here usually means an "
+                            f"unquoted `: `)")
+    return problems
+
+
+# ---------------------------------------------------------------- parsers
+def vox_parses(rec: dict) -> list[str]:
+    progs = blocks(rec, "vox")
+    problems = []
+    for k, prog in enumerate(progs, 1):
+        try:
+            vox_check(prog)
+        except VoxError as e:                 # `error[V003] 4:12: expected …`: code, line, col
+            problems.append(f"vox block {k}: {e}")
+    return problems if progs else ["no ```vox block in the answer"]
+
+
+def python_parses(rec: dict) -> list[str]:
+    code = blocks(rec, "python", "py")
+    problems = []
+    for k, src in enumerate(code, 1):
+        try:
+            ast.parse(src)
+        except SyntaxError as e:
+            text = f"\n    {e.text.strip()[:200]}" if e.text else ""
+            problems.append(f"python block {k}: line {e.lineno}, column {e.offset}: {e.msg}{text}")
+        except ValueError as e:               # e.g. a NUL byte in the source
+            problems.append(f"python block {k}: {e}")
+    return problems if code else ["no ```python block in the answer"]
+
+
+def rust_pure(rec: dict) -> list[str]:
+    """rust_compiles' part without cargo: ```toml blocks parse; there is a rust or toml block."""
+    problems = []
+    for k, text in enumerate(blocks(rec, "toml"), 1):
+        try:
+            tomllib.loads(text)
+        except tomllib.TOMLDecodeError as e:   # "Expected ']' … (at line 1, column 11)"
+            problems.append(f"toml block {k}: {e}")
+    return problems if problems or blocks(rec, "rust", "toml") else [
+        "no ```rust or ```toml block in the answer"]
+
+
+def shell_pure(rec: dict) -> list[str]:
+    return [] if blocks(rec, *SHELL_LANGS) else ["no ```bash block in the answer"]
+
+
+CHECKS: dict[str, Callable[[dict], list[str]]] = {
+    "vox_parses": vox_parses, "python_parses": python_parses,
+    "tool_call_schema": tool_call_schema, "transcript_structure": transcript_structure,
+    "mesh_messages": mesh_messages, "skill_frontmatter": skill_frontmatter,
+    "rust_compiles": rust_pure, "shell_syntax": shell_pure,
+}
+
+
+def worker(job_path: str) -> None:
+    """The child: JOB is JSON {check, records, timeout_s, marker}. Prints `MARKER ready`, then
+    one `MARKER ["problem", …]` line per record. Before each record its CPU limit is moved to
+    what it has used plus timeout_s (SIGXCPU past it); the parent's wall clock is the backstop."""
+    import resource
+    with open(job_path, encoding="utf-8") as f:
+        job = json.load(f)
+    check, marker, budget = CHECKS[job["check"]], job["marker"], job["timeout_s"]
+    __import__("jsonschema")          # loaded before `ready`: the clock then times the check
+    print(marker, "ready", flush=True)
+    hard = resource.getrlimit(resource.RLIMIT_CPU)[1]
+    for rec in job["records"]:
+        used = resource.getrusage(resource.RUSAGE_SELF)
+        soft = int(used.ru_utime + used.ru_stime + budget) + 1
+        resource.setrlimit(resource.RLIMIT_CPU,
+                           (soft if hard == resource.RLIM_INFINITY else min(soft, hard), hard))
+        try:
+            problems = check(rec)
+        except MemoryError:
+            problems = [f"the check exceeded its memory limit ({job['memory_mb']} MB)"]
+        except RecursionError:
+            problems = ["the input is nested too deeply for the checker (RecursionError)"]
+        except Exception as e:  # noqa: BLE001 — a record the check cannot read fails, loudly
+            problems = [f"the check could not read this record: {type(e).__name__}: {e}"]
+        print(marker, json.dumps(problems), flush=True)
+
+
+if __name__ == "__main__":
+    worker(sys.argv[1])

@@ -1,0 +1,176 @@
+"""The model families mens can plan, load and export: one row per config.json `model_type`.
+
+Pure data and arithmetic, no torch or transformers: the planner imports it. Each row says what
+changes a family's parameter count (biases, q/k norms, norms per layer, tied head), how its
+defaults fill a config.json that leaves a key out, and what the loader and exporter call it.
+The defaults are transformers' own (its config classes, 5.x), so the planner's count equals
+what `from_pretrained` builds; tests/model/test_families.py checks both against transformers.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Mapping
+
+from mens.config.schema import LORA_TARGETS
+from mens.errors import ConfigError
+
+# Keys a config.json must name unless its family's row defaults them (Gemma's published
+# config.json files lean on the class defaults: gemma-3-4b-it names neither heads nor vocab).
+REQUIRED = ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+            "vocab_size")
+# Gemma 2 / Gemma 3 text config classes' architecture defaults (Gemma3TextConfig: vocab 262,208)
+_GEMMA = {"hidden_size": 2304, "intermediate_size": 9216, "num_hidden_layers": 26,
+          "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256,
+          "tie_word_embeddings": True}
+
+
+@dataclass(frozen=True)
+class Family:
+    model_type: str
+    config_class: str            # transformers config class
+    causal_lm_class: str         # transformers *ForCausalLM class
+    gguf_arch: str               # llama.cpp architecture name
+    qkv_bias: bool = False       # q/k/v projections carry biases (o_proj does not)
+    qk_norm: bool = False        # RMSNorm over head_dim on queries and keys (2 × head_dim)
+    norms_per_layer: int = 2     # hidden-sized RMSNorms per decoder layer
+    lora_targets: tuple = LORA_TARGETS   # every linear layer of a decoder layer
+    # transformers' value when config.json omits the key. head_dim None: hidden // heads;
+    # num_key_value_heads None: = num_attention_heads.
+    defaults: Mapping = field(default_factory=dict)
+    # The attention implementation the family needs whatever was asked, and why.
+    attn: str | None = None
+    attn_reason: str = ""
+
+
+def _defaults(**kw):
+    base = {"tie_word_embeddings": False, "head_dim": None, "num_key_value_heads": None,
+            "rope_theta": 10_000.0, "rms_norm_eps": 1e-6}
+    return {**base, **kw}
+
+
+FAMILIES: dict[str, Family] = {f.model_type: f for f in (
+    # Qwen2/2.5: biases on q/k/v only (hard-wired in Qwen2Attention, no attention_bias key)
+    Family("qwen2", "Qwen2Config", "Qwen2ForCausalLM", "qwen2", qkv_bias=True,
+           defaults=_defaults(max_position_embeddings=32768, num_key_value_heads=32)),
+    Family("qwen3", "Qwen3Config", "Qwen3ForCausalLM", "qwen3", qk_norm=True,
+           defaults=_defaults(max_position_embeddings=32768, head_dim=128,
+                              num_key_value_heads=32)),
+    Family("llama", "LlamaConfig", "LlamaForCausalLM", "llama",
+           defaults=_defaults(max_position_embeddings=2048)),
+    # llama.cpp converts Mistral's dense models with its llama architecture
+    Family("mistral", "MistralConfig", "MistralForCausalLM", "llama",
+           defaults=_defaults(max_position_embeddings=131072, num_key_value_heads=8)),
+    Family("gemma2", "Gemma2Config", "Gemma2ForCausalLM", "gemma2", norms_per_layer=4,
+           defaults=_defaults(max_position_embeddings=8192, vocab_size=256000, **_GEMMA),
+           attn="eager", attn_reason="Gemma 2 soft-caps attention logits, which only eager "
+                                     "attention implements (transformers refuses sdpa for it)"),
+    Family("gemma3_text", "Gemma3TextConfig", "Gemma3ForCausalLM", "gemma3", qk_norm=True,
+           norms_per_layer=4,
+           defaults=_defaults(max_position_embeddings=131072, vocab_size=262208,
+                              rope_theta=1_000_000.0, **_GEMMA)),
+)}
+# config.json model_types that wrap a supported text model in `text_config`
+WRAPPERS = {"gemma3": "gemma3_text"}
+SUPPORTED = ", ".join([*FAMILIES, *(f"{w} (its text_config)" for w in WRAPPERS)])
+
+
+def family(name: str, source: str = "rung.family") -> Family:
+    """The row of a model_type; ConfigError naming `source` and the supported ones."""
+    name = WRAPPERS.get(name, name)
+    if name not in FAMILIES:
+        raise ConfigError(f"{source}: model_type {name!r} is not a family mens supports; "
+                          f"supported: {SUPPORTED}. Pick a model of one of these families.",
+                          key="rung.family")
+    return FAMILIES[name]
+
+
+def text_config(config: Mapping, source: str, notes: list[str] | None = None) -> Mapping:
+    """The text model's part of a config.json: itself, or a multimodal wrapper's text_config."""
+    mt = config.get("model_type")
+    if mt in WRAPPERS:
+        inner = config.get("text_config")
+        if not isinstance(inner, Mapping):
+            raise ConfigError(f"{source}: model_type {mt!r} has no text_config object; a "
+                              f"{mt} config.json holds its text model there.", key="rung")
+        if notes is not None:
+            notes.append(f"{source}: model_type {mt} is multimodal; mens plans and trains its "
+                         f"text model ({WRAPPERS[mt]}) from text_config — the vision tower is "
+                         f"not counted")
+        return {"model_type": WRAPPERS[mt], **inner}
+    return config
+
+
+def _rope_theta(config: Mapping, default: float) -> float:
+    """rope_theta (transformers 4.x config.json) or rope_parameters.rope_theta (5.x); Gemma 3
+    keeps one per layer type in 5.x — the full-attention layers' is the model's rope_theta."""
+    if config.get("rope_theta") is not None:
+        return float(config["rope_theta"])
+    rp = config.get("rope_parameters") or {}
+    if rp.get("rope_theta") is not None:
+        return float(rp["rope_theta"])
+    full = rp.get("full_attention") or {}
+    return float(full.get("rope_theta", default))
+
+
+def rung_fields(config: Mapping, source: str, notes: list[str] | None = None) -> dict:
+    """The RungConfig architecture fields (family, hidden_size, …, rms_norm_eps) of a
+    config.json dict. `source` names the file in errors. Raises ConfigError for an unsupported
+    model_type, a missing required key, or a bias the family's count cannot express."""
+    config = text_config(config, source, notes)
+    mt = config.get("model_type")
+    if mt is None:
+        raise ConfigError(f"{source} has no model_type: it is not a Hugging Face model "
+                          f"config.json (supported: {SUPPORTED}).", key="rung")
+    fam = family(mt, source)
+    d = fam.defaults
+    for key in REQUIRED:
+        if config.get(key) is None and d.get(key) is None:
+            raise ConfigError(f"{source} has no {key!r}: a {mt} config.json needs it to "
+                              f"size the model; check the file (or its text_config).", key="rung")
+    # Llama, Qwen3 and Gemma can switch on biases; Arch counts none for them (no rung field)
+    for key in ("attention_bias", "mlp_bias"):
+        if config.get(key) and not (fam.qkv_bias and key == "attention_bias"):
+            raise ConfigError(f"{source} sets {key}: true; mens supports {mt} models without "
+                              f"that bias only (its plan would miss those parameters).",
+                              key="rung")
+
+    def get(key):
+        v = config.get(key)
+        return d.get(key) if v is None else v
+
+    heads, hidden = int(get("num_attention_heads")), int(get("hidden_size"))
+    head_dim = get("head_dim")
+    kv = get("num_key_value_heads")
+    return {
+        "family": fam.model_type,
+        "hidden_size": hidden,
+        "intermediate_size": int(get("intermediate_size")),
+        "num_hidden_layers": int(get("num_hidden_layers")),
+        "num_attention_heads": heads,
+        "num_key_value_heads": int(heads if kv is None else kv),
+        "head_dim": int(hidden // heads if head_dim is None else head_dim),
+        "vocab_size": int(get("vocab_size")),
+        "tie_word_embeddings": bool(get("tie_word_embeddings")),
+        "max_position_embeddings": int(get("max_position_embeddings")),
+        "rope_theta": _rope_theta(config, d["rope_theta"]),
+        "rms_norm_eps": float(get("rms_norm_eps")),
+    }
+
+
+def read_config(path, notes: list[str] | None = None) -> dict:
+    """rung_fields of a config.json file (or a model directory holding one)."""
+    import json
+    from pathlib import Path
+
+    p = Path(path)
+    p = p / "config.json" if p.is_dir() else p
+    try:
+        data = json.loads(p.read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"{p} does not exist: point rung.path at a Hugging Face model "
+                          f"directory (with config.json).", key="rung.path") from None
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"{p} is not readable JSON ({e}).", key="rung.path") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{p} is not a JSON object.", key="rung.path")
+    return rung_fields(data, str(p), notes)

@@ -1,0 +1,123 @@
+"""Where a rung's model comes from, before anything loads: `+rung=hf` fills its architecture
+from the model's own config.json (rung.path, the local hub cache, or — when allowed — config.json
+and the tokenizer fetched alone from the Hub), and a training run's weights are located or
+scheduled for download (`rung.download`), their commit recorded.
+
+Planning stays free of torch and transformers: config.json is plain JSON
+(mens.plan.families.rung_fields) and huggingface_hub is imported only when a fetch is needed.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from mens.errors import ConfigError
+from mens.plan.families import read_config
+from mens.resources import ASSETS
+
+ARCH_FIELDS = ("family", "hidden_size", "intermediate_size", "num_hidden_layers",
+               "num_attention_heads", "num_key_value_heads", "head_dim", "vocab_size",
+               "tie_word_embeddings", "max_position_embeddings", "rope_theta", "rms_norm_eps")
+
+
+def offline() -> bool:
+    return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "on", "yes", "true")
+
+
+def meta_dir(rung, allow_fetch: bool = True) -> Path | None:
+    """The directory holding the rung's config.json and tokenizer (None: not here and not
+    fetchable now). The tiny rung's is the package's; rung.path's is itself."""
+    if rung.path:
+        return Path(rung.path)
+    if rung.tokenizer_bundled:
+        return ASSETS / rung.name
+    from mens.model.hub import fetch_meta   # walks the cache first: no network when present
+
+    try:
+        return fetch_meta(rung.repo_id, rung.commit or rung.revision,
+                          allow_download=allow_fetch and rung.download and not offline())[0]
+    except ConfigError:
+        if not allow_fetch:
+            return None
+        raise
+
+
+def cached_config_dir(repo_id: str | None, revision: str | None) -> Path | None:
+    """A hub-cache snapshot of repo_id@revision holding config.json (no network)."""
+    from mens.plan.weights import hub_cache_dirs
+
+    if not repo_id:
+        return None
+    for cache in hub_cache_dirs():
+        repo = cache / ("models--" + repo_id.replace("/", "--"))
+        ref = repo / "refs" / (revision or "main")
+        commit = ref.read_text().strip() if ref.is_file() else revision
+        if commit and (repo / "snapshots" / commit / "config.json").is_file():
+            return repo / "snapshots" / commit
+    return None
+
+
+def fill_hf_rung(cfg, notes: list[str]) -> None:
+    """`+rung=hf`: architecture fields from config.json; the rung named after the model."""
+    rung = cfg.rung
+    if not rung.repo_id and not rung.path:
+        raise ConfigError("`+rung=hf` needs the model: `rung.repo_id=ORG/NAME` (a Hugging Face "
+                          "model id) or `rung.path=/dir` (a directory with config.json).",
+                          key="rung.repo_id")
+    if rung.path and not (Path(rung.path) / "config.json").is_file():
+        raise ConfigError(f"rung.path={rung.path} holds no config.json: point it at a Hugging "
+                          f"Face model directory (config.json, tokenizer, safetensors).",
+                          key="rung.path")
+    try:
+        where = meta_dir(rung)
+    except ConfigError:   # offline or not allowed: a cached config.json alone still plans
+        where = cached_config_dir(rung.repo_id, rung.commit or rung.revision)
+        if where is None:
+            raise
+        notes.append(f"rung: {rung.repo_id}'s config.json is cached but not its tokenizer: token "
+                     f"lengths are estimated")
+    fields = read_config(where, notes)
+    for k in ARCH_FIELDS:
+        rung[k] = fields[k]
+    if rung.name == "hf":
+        rung.name = (rung.repo_id or str(Path(rung.path).resolve())).rstrip("/").split("/")[-1]
+
+
+def check_weights(cfg, notes: list[str]) -> None:
+    """A training run's pretrained weights: present (their commit recorded), or to be downloaded
+    after the plan fits (rung.download, online), or exit 2 with the `hf download` command."""
+    from mens.plan.weights import find_weights, missing_weights_message
+
+    rung = cfg.rung
+    st = find_weights(rung.repo_id, rung.commit or rung.revision, rung.path)
+    if st.present:
+        if not rung.path and st.resolved_revision and not rung.commit:
+            rung.commit = st.resolved_revision
+        return
+    if rung.path or not rung.download or offline():
+        msg = missing_weights_message(st)
+        if offline() and rung.download and not rung.path:
+            msg += " (HF_HUB_OFFLINE=1: mens does not download while offline.)"
+        raise ConfigError(msg, key="rung")
+    notes.append(f"weights: {rung.repo_id}@{rung.revision or 'main'} is not in the local cache; "
+                 f"it is downloaded after the plan fits (rung.download=false to never download)")
+
+
+def ensure_weights(spec):
+    """After the plan fits: download missing weights (huggingface_hub's snapshot_download, its
+    own progress bars) and return the spec with the snapshot's commit in rung.commit."""
+    from dataclasses import replace
+
+    from mens.plan.weights import find_weights
+
+    rung = spec.rung
+    if rung.init != "pretrained" or rung.tokenizer_bundled or rung.path:
+        return spec
+    st = find_weights(rung.repo_id, rung.commit or rung.revision)
+    if st.present and rung.commit:
+        return spec
+    from mens.model.hub import download_weights
+
+    _, commit = download_weights(rung.repo_id, rung.commit or rung.revision,
+                                 allow_download=rung.download and not offline())
+    return replace(spec, rung=replace(rung, commit=commit))

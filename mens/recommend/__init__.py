@@ -1,0 +1,1 @@
+"""`python -m mens.recommend` = `mens recommend` (mens.cli.recommend; the work: mens.cloud.recommend)."""

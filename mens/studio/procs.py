@@ -1,0 +1,234 @@
+"""The processes the studio starts — each a real mens command (`python -m mens …`,
+`python -m mens.gate …`, `python -m mens.serve …`, `python -m mens.afk …`) — and the run dirs
+it reads. Nothing here trains, gates or serves itself: the studio is a surface over the commands.
+
+A run is named by its path relative to studio.runs (`studio-jobs/20261201-101500_train`);
+`run_dir` refuses anything that leaves that root (`..`, absolute paths, symlinks out).
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from mens.rundir import RunDir
+
+TERMINAL = ("TRAIN_COMPLETE", "TRAIN_FAILED", "TRAIN_INTERRUPTED")
+# overrides the page may pass to a training or planning command: the run's axes and knobs,
+# never hydra.* (run dirs, launchers, callbacks), rerun/resume or another command's section
+OVERRIDE = re.compile(r"^\+?(hw|rung|spoke|data|lane|curriculum|logger|recipe|train|plan)"
+                      r"(\.[A-Za-z0-9_]+)*=[^\n\r\x00]{0,200}$")
+
+
+class Refused(Exception):
+    """A request the studio answers with a 4xx (status, message); nothing was changed."""
+
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status, self.message = status, message
+
+
+def check_overrides(overrides) -> list[str]:
+    if not isinstance(overrides, list) or len(overrides) > 40:
+        raise Refused(400, "overrides: a list of at most 40 `key=value` strings")
+    for o in overrides:
+        if not isinstance(o, str) or not OVERRIDE.match(o):
+            raise Refused(400, f"override `{str(o)[:80]}` is not allowed here: the studio "
+                               f"passes only hw, rung, spoke, data, lane, curriculum, logger, "
+                               f"recipe, train.* and plan.* overrides")
+    return list(overrides)
+
+
+def run_dir(root: Path, rid: str | None) -> Path:
+    """The run dir `rid` names under root, or Refused (400 outside the root, 404 absent)."""
+    if not rid or not isinstance(rid, str) or len(rid) > 300 or "\x00" in rid or "\\" in rid:
+        raise Refused(400, "run: a run dir's path relative to studio.runs")
+    p = Path(rid)
+    if p.is_absolute() or ".." in p.parts:
+        raise Refused(400, f"run `{rid}` leaves studio.runs: name a run inside it")
+    full = (root / p).resolve()
+    if full != root and root not in full.parents:
+        raise Refused(400, f"run `{rid}` leaves studio.runs (a link out of it)")
+    # a job this studio just launched has only its log until the child writes spec.yaml
+    if not ((full / RunDir.SPEC).is_file() or (full / RunDir.TELEMETRY).is_file()
+            or (full / "studio-train.log").is_file()):
+        raise Refused(404, f"no run dir `{rid}` under {root}")
+    return full
+
+
+def rel(root: Path, p: Path) -> str:
+    return Path(p).resolve().relative_to(root).as_posix()
+
+
+# --- reading run dirs --------------------------------------------------------------------------
+def tail_rows(path: Path, nbytes: int = 65536) -> list[dict]:
+    """The rows in the last nbytes of a telemetry file (its beginning is never re-read)."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - nbytes))
+            chunk = f.read()
+    except OSError:
+        return []
+    lines = chunk.split(b"\n")
+    if size > nbytes:
+        lines = lines[1:]   # the first line is cut
+    return parse_rows(lines)
+
+
+def parse_rows(lines: list[bytes]) -> list[dict]:
+    """JSON rows of telemetry lines; a blank or unparsable line (a tail's cut edge, a row still
+    being written) is not a row."""
+    out = []
+    for line in lines:
+        try:
+            out.append(json.loads(line))
+        except ValueError:
+            continue
+    return out
+
+
+def run_status(root: Path, run: Path, alive: bool) -> dict:
+    rows = tail_rows(run / RunDir.TELEMETRY)
+    step = next((r for r in reversed(rows) if r.get("event") == "TRAIN_STEP"), None)
+    end = next((r["event"] for r in reversed(rows) if r.get("event") in TERMINAL), None)
+    done = (run / RunDir.SUMMARY).is_file()
+    state = "running" if alive else ("finished" if done else
+                                     {"TRAIN_INTERRUPTED": "interrupted",
+                                      "TRAIN_FAILED": "failed"}.get(end, "stopped"))
+    gate = None
+    if (run / "gate.json").is_file():
+        from mens.gate.receipt import receipt_status
+        gate = receipt_status(run)[0]
+    spec = {}
+    try:
+        spec = RunDir(run).read_spec()
+    except Exception:   # a run dir still being written
+        pass
+    return {"id": rel(root, run), "state": state, "gate": gate,
+            "rung": (spec.get("rung") or {}).get("name"),
+            "spoke": (spec.get("spoke") or {}).get("name"),
+            "lane": (spec.get("lane") or {}).get("kind"),
+            "step": step and step.get("step"), "total": step and step.get("planned_steps_total"),
+            "epoch": step and step.get("epoch"), "eta_s": step and step.get("eta_seconds_remaining"),
+            "loss": step and step.get("loss"), "has_adapter": RunDir(run).has_adapter,
+            "mtime": (run / RunDir.TELEMETRY).stat().st_mtime
+            if (run / RunDir.TELEMETRY).is_file() else 0}
+
+
+def find_runs(root: Path, limit: int = 60) -> list[Path]:
+    """Run dirs (telemetry.jsonl) up to three levels below root, newest first; calibration
+    records excluded (they are not runs to serve or gate)."""
+    found = []
+    for pattern in ("*/telemetry.jsonl", "*/*/telemetry.jsonl", "*/*/*/telemetry.jsonl"):
+        found += [p.parent for p in root.glob(pattern)
+                  if not (p.parent / "calibration.json").is_file()]
+    found.sort(key=lambda p: (p / RunDir.TELEMETRY).stat().st_mtime, reverse=True)
+    return found[:limit]
+
+
+SLIM = ("step", "epoch", "loss", "tokens_per_sec", "planned_peak_mb", "peak_mem_mb", "rss_mb",
+        "gpu_vram_used_mb", "cpu_util_pct", "gpu_util_pct", "sys_ram_used_mb", "planned_steps_total",
+        "eta_seconds_remaining", "time")
+
+
+def slim(row: dict) -> dict | None:
+    """What the chart needs of a telemetry row (TRAIN_START carries the whole spec: not that)."""
+    ev = row.get("event")
+    if ev == "TRAIN_STEP":
+        return {"event": ev, **{k: row.get(k) for k in SLIM if k in row}}
+    if ev in ("CHECKPOINT", "CURRICULUM", "EVAL", *TERMINAL):
+        return {k: v for k, v in row.items() if isinstance(v, (int, float, str, type(None)))}
+    if ev == "TRAIN_START":
+        return {"event": ev, "time": row.get("time"),
+                "planned_peak_bytes": (row.get("plan") or {}).get("peak_bytes")}
+    return None
+
+
+class Tail:
+    """Follows a telemetry file from where it last read: complete lines only."""
+
+    def __init__(self, path: Path):
+        self.path, self.pos, self.buf = path, 0, b""
+
+    def read(self) -> list[dict]:
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self.pos)
+                data = f.read(1 << 20)
+                self.pos = f.tell()
+        except OSError:
+            return []
+        self.buf += data
+        *lines, self.buf = self.buf.split(b"\n")
+        return parse_rows(lines)
+
+
+# --- processes -----------------------------------------------------------------------------------
+class Procs:
+    """The children this studio started: {key: (Popen, run dir, kind, log)}. Signals go only to
+    these, by their own pid — never to a process the studio did not start."""
+
+    def __init__(self, root: Path):
+        self.root = root
+        self.children: dict[str, dict] = {}
+
+    def spawn(self, kind: str, argv: list[str], out: Path, key: str | None = None) -> dict:
+        out.mkdir(parents=True, exist_ok=True)
+        log = open(out / f"studio-{kind}.log", "ab")
+        proc = subprocess.Popen([sys.executable, *argv], stdout=log, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, start_new_session=True,
+                                env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        log.close()
+        child = {"proc": proc, "dir": out, "kind": kind, "argv": argv, "started": time.time(),
+                 "log": out / f"studio-{kind}.log"}
+        self.children[key or str(out)] = child
+        return child
+
+    def alive(self, key: str) -> bool:
+        c = self.children.get(key)
+        return bool(c and c["proc"].poll() is None)
+
+    def signal(self, key: str, sig: int) -> int:
+        """Sends sig to that child's own pid (the trainer: rank 0); returns the pid."""
+        c = self.children.get(key)
+        if not c or c["proc"].poll() is not None:
+            raise Refused(409, "that run's process is not running under this studio")
+        c["proc"].send_signal(sig)
+        return c["proc"].pid
+
+    def stop_all(self) -> None:
+        for c in self.children.values():
+            if c["proc"].poll() is None:
+                c["proc"].send_signal(signal.SIGINT)
+        for c in self.children.values():
+            try:
+                c["proc"].wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                c["proc"].kill()
+
+
+def new_run_dir(root: Path, kind: str) -> Path:
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    base = root / "studio-jobs" / f"{stamp}_{kind}"
+    out, n = base, 1
+    while out.exists():
+        n += 1
+        out = base.with_name(f"{base.name}-{n}")
+    return out
+
+
+def log_tail(path: Path, n: int = 4000) -> str:
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - n))
+            return f.read().decode("utf-8", "replace")
+    except OSError:
+        return ""

@@ -1,0 +1,153 @@
+"""The training data as Lightning sees it: each epoch's rows (packed SFT), examples (unpacked)
+or pairs (dpo), batched per process, with the loader's position saved in every checkpoint so
+a resumed run skips the batches it has already trained on.
+
+Data order is a function of (seed, epoch) only, so a resumed run sees the batches it would
+have seen; several processes take their rows from that order (mens.train.strategy).
+"""
+from __future__ import annotations
+
+import math
+
+import lightning as L
+import torch
+
+from mens.data.pack import IGNORE, Example, collate, pack, pad_batch
+
+
+class Position:
+    """Batches finished in the current epoch: saved in checkpoints, read back to skip them."""
+    def __init__(self):
+        self.epoch, self.done, self.skip = 0, 0, 0
+
+
+class SkipBatches(torch.utils.data.Sampler):
+    """Fixed batches of indices; after a resume the first `position.skip` are not yielded."""
+    def __init__(self, n: int, micro: int, position: Position):
+        self.batches = [list(range(i, min(i + micro, n))) for i in range(0, n, micro)]
+        self.position = position
+
+    def __iter__(self):   # a generator: the skip is read at the first next(), after loading
+        start, self.position.skip = self.position.skip, 0
+        yield from self.batches[start:]
+
+    def __len__(self):
+        return len(self.batches)
+
+
+class ResumableLoader(torch.utils.data.DataLoader):
+    """Lightning saves `state_dict()` of loaders that have one (mid-epoch resume)."""
+    def __init__(self, items, micro: int, collate_fn, position: Position):
+        super().__init__(items, batch_sampler=SkipBatches(len(items), micro, position),
+                         collate_fn=collate_fn)
+        self.position = position
+
+    def state_dict(self) -> dict:
+        return {"epoch": self.position.epoch, "done": self.position.done}
+
+    def load_state_dict(self, state: dict) -> None:
+        if state.get("epoch") == self.position.epoch:
+            self.position.skip = self.position.done = state["done"]
+
+
+def epoch_items(examples: dict, records: list, spec, epoch: int, pairs: bool):
+    """The rows (packed SFT), examples (unpacked SFT) or pair examples of one epoch."""
+    from mens.data.curriculum import epoch_records, shuffle_within_phase
+
+    cur = spec.curriculum
+    recs = shuffle_within_phase(epoch_records(records, list(cur.caps), list(cur.phases), epoch),
+                                spec.train.seed, epoch)
+    items = [examples[r["id"]] for r in recs]
+    if pairs or not spec.train.packing:
+        return items
+    # FFD emits a phase's rows longest-first: shuffle rows within each phase by (seed, epoch)
+    return shuffle_within_phase(pack(items, spec.train.seq_len), spec.train.seed, epoch,
+                                key=lambda row: row.phase)
+
+
+class MensData(L.LightningDataModule):
+    def __init__(self, spec, examples: dict, records: list, pairs: bool, mask_dtype,
+                 eval_sets: dict | None = None, block_mask: bool = True):
+        """block_mask: packed rows carry the 4-D block mask (False: the model attends per
+        record itself, mens.train.attention, and no b·s² mask is built)."""
+        super().__init__()
+        self.block_mask = block_mask
+        self.spec, self.examples, self.records, self.pairs = spec, examples, records, pairs
+        self.eval_sets = eval_sets or {}     # {role: (spoke, [Example])}: the validation loop's
+        self.mask_dtype, self.position = mask_dtype, Position()
+        from mens.train.strategy import world_size
+        self.world = world_size(spec)        # processes; micro_batch is per process
+        self.epochs = [epoch_items(examples, records, spec, e, pairs)
+                       for e in range(spec.curriculum.epochs)]
+
+    def collate(self, items):
+        from mens.train.strategy import Repeat
+
+        repeat = [isinstance(x, Repeat) for x in items]   # a rank's padding: no label (strategy.py)
+        items = [x.item if r else x for x, r in zip(items, repeat)]
+        batch = self._collate(items)
+        if any(repeat):
+            keep = torch.tensor([not r for r in repeat])
+            rows = torch.cat([keep, keep]) if self.pairs else keep   # pairs: chosen, rejected
+            batch["labels"][~rows] = IGNORE
+            real = batch["real_tokens"]
+            if self.pairs:
+                batch["keep"] = keep
+                real = sum(min(len(e), self.spec.train.seq_len)
+                           for p, k in zip(items, keep) if k for e in p[:2])
+            elif isinstance(items[0], Example):
+                real = int(batch["attention_mask"][rows].sum())
+            else:
+                real = sum(r.real_tokens for r, k in zip(items, keep) if k)
+            batch["real_tokens"] = torch.tensor(real)   # a repeat is no trained token
+        return batch
+
+    def _collate(self, items):
+        if self.pairs:
+            batch = pair_batch(items, self.spec.train.seq_len)
+            real = sum(min(len(e), self.spec.train.seq_len) for p in items for e in p[:2])
+        elif isinstance(items[0], Example):
+            longest = max(len(x) for x in items)
+            batch = pad_batch(items, min(longest, self.spec.train.seq_len))
+            real = int(batch["attention_mask"].sum())
+        else:
+            batch = collate(items, self.mask_dtype, mask=self.block_mask)
+            real = sum(r.real_tokens for r in items)
+        batch["real_tokens"] = torch.tensor(real)
+        return batch
+
+    def train_dataloader(self):
+        epoch = self.trainer.current_epoch if self.trainer else 0
+        if self.position.epoch != epoch:
+            self.position.epoch, self.position.done = epoch, 0
+        items = self.epochs[min(epoch, len(self.epochs) - 1)]
+        if self.world > 1:   # this rank's rows, in order (strategy.rank_items: no shuffle)
+            from mens.train.strategy import rank_items
+            items = rank_items(items, self.world, self.trainer.global_rank)
+        return ResumableLoader(items, self.spec.train.micro_batch, self.collate, self.position)
+
+    def val_dataloader(self):
+        """One loader per held-out set (eval, collateral), batched as evaluate.eval_loss
+        batches them (longest first, 4 a batch), so its numbers are the same."""
+        from mens.data.pack_order import EVAL_MICRO, eval_chunks
+
+        return [torch.utils.data.DataLoader(eval_chunks(exs, EVAL_MICRO), batch_size=None,
+                                            collate_fn=lambda c: pad_batch(c, max(map(len, c))))
+                for _, exs in self.eval_sets.values()]
+
+    def steps_per_epoch(self) -> list[int]:
+        t, w = self.spec.train, self.world   # each rank: ceil(rows / world) rows (padded)
+        return [math.ceil(math.ceil(math.ceil(len(items) / w) / t.micro_batch) / t.grad_accum)
+                for items in self.epochs]
+
+    def planned_steps(self) -> int:
+        total = sum(self.steps_per_epoch())
+        return min(total, self.spec.train.max_steps) if self.spec.train.max_steps > 0 else total
+
+
+def pair_batch(pairs, seq_len: int) -> dict:
+    """[(chosen Example, rejected Example, pair index)] → chosen rows then rejected rows."""
+    exs = [p[0] for p in pairs] + [p[1] for p in pairs]
+    batch = pad_batch(exs, min(seq_len, max(len(e) for e in exs)))
+    batch["pair_index"] = torch.tensor([p[2] for p in pairs])
+    return batch

@@ -1,0 +1,96 @@
+"""`mens cloud estimate`: every offer planned by the same planner, timed, priced and ranked."""
+from __future__ import annotations
+
+import datetime as dt
+import subprocess
+import sys
+
+import pytest
+from cloud_util import read_json
+
+from mens.cloud.catalog import COLUMNS
+from mens.plan.memory import GiB
+
+
+def test_32b_qlora_lists_ranked_dated_sourced_offers_and_says_why_not(cloud_cli, tmp_path):
+    p = cloud_cli("mens.cloud", "estimate", "+rung=32b", "lane=qlora", f"hydra.run.dir={tmp_path}/r")
+    assert p.returncode == 0, p.stderr
+    est = read_json(tmp_path / "r" / "estimate.json")
+    offers = est["offers"]
+    assert len(offers) >= 10 and len({o["provider"] for o in offers}) >= 3
+    assert all(o["date"] and o["source"] for o in offers)
+    fits = [o["fits"] for o in offers]
+    assert fits == sorted(fits, reverse=True) and any(fits) and not all(fits)   # fits first
+    costs = [o["est_cost_usd"] for o in offers if o["fits"]]
+    assert costs == sorted(costs)                                               # then by cost
+    for o in offers:
+        if not o["fits"]:
+            assert any(r.startswith("does not fit") for r in o["reasons"]), o
+            assert o["per_device_peak_gb"] > o["budget_gb"]
+        if o["spot_price_hour"] is not None:
+            assert any(r.startswith("spot") for r in o["reasons"])
+    assert est["skipped_no_tier"] == {"RTX5090": 1}
+    assert "catalogue:" in p.stdout and "assumption: MFU" in p.stdout and "ASSUMPTION" in p.stdout
+    assert "do not fit: " in p.stdout and "runpod:RTX4090:1 (" in p.stdout
+
+
+def test_8b_full_proposes_a_sharded_multi_gpu_offer_planned_as_mens_plan_plans_it(compile_run):
+    from mens.cloud.estimate import estimate
+    from mens.config.compose import compose
+
+    est = estimate(compose(["+rung=8b", "lane=full"]))
+    multi = [o for o in est["offers"] if o["fits"] and o["count"] > 1]
+    assert multi and multi[0] is next(o for o in est["offers"] if o["fits"])   # the cheapest
+    top = multi[0]
+    assert top["strategy"] == "fsdp2" and top["world_size"] == top["count"]
+    assert not any(o["fits"] for o in est["offers"] if o["count"] == 1 and o["tier"] == "h100")
+    # the per-device peak and shape are what `mens plan +hw=<tier> hw.devices=<n>` says
+    spec, plan = compile_run("+rung=8b", "lane=full", f"+hw={top['tier']}",
+                             f"hw.devices={top['count']}")
+    assert top["per_device_peak_gb"] == round(plan.peak_bytes / GiB, 3)
+    assert (top["shape"]["micro_batch"], top["shape"]["grad_accum"]) == \
+        (plan.shape.micro_batch, plan.grad_accum)
+
+
+def test_time_is_tokens_times_flops_over_tflops_count_and_mfu(compile_run):
+    from mens.cloud.estimate import estimate
+    from mens.config.compose import compose
+
+    base = ["+rung=4b", "lane=lora", "cloud.tokens=2000000000", "cloud.providers=[lambda]"]
+    a = {o["id"]: o for o in estimate(compose(base))["offers"]}
+    b = {o["id"]: o for o in estimate(compose(base + ["cloud.mfu=0.7", "cloud.setup_hours=0"]))["offers"]}
+    o = a["lambda:H100:2"]
+    spec, plan = compile_run("+rung=4b", "lane=lora", "+hw=h100", "hw.devices=2")
+    arch, s = __import__("mens.plan.memory", fromlist=["Arch"]).Arch.of(spec.rung), plan.shape
+    n = arch.params()["linear"] + arch.vocab * arch.hidden       # an independent FLOPs count
+    fpt = n * (4 + (2 if s.checkpointing else 0)) + 6 * arch.layers * s.seq_len * arch.heads * arch.head_dim
+    hours = 2e9 * fpt / (989e12 * 2 * 0.35) / 3600 + 0.25
+    assert o["est_hours"] == pytest.approx(hours, rel=1e-3)
+    assert o["est_cost_usd"] == pytest.approx(o["est_hours"] * 8.38, abs=0.01)
+    assert b["lambda:H100:2"]["est_hours"] == pytest.approx((hours - 0.25) / 2, rel=1e-3)
+
+
+def test_an_old_catalogue_is_said_on_every_estimate(tmp_path):
+    from mens.cloud.estimate import estimate, render
+    from mens.config.compose import compose
+
+    f = tmp_path / "old.csv"
+    f.write_text(",".join(COLUMNS) + "\nlambda,A6000,1,48,14,100,1.09,,us-east-1,2025-01-01,x\n"
+                 "lambda,H100,1,80,26,225,4.29,,us-east-1,2026-11-01,y\n")
+    est = estimate(compose([f"cloud.catalog={f}", "cloud.max_age_days=90"]),
+                   today=dt.date(2026, 12, 1))
+    assert est["catalogue_stale"] and est["catalogue_age_days"] == 699
+    old = next(o for o in est["offers"] if o["gpu"] == "A6000")
+    assert any("699 days old" in r for r in old["reasons"])
+    assert not any("days old" in r for r in next(o for o in est["offers"] if o["gpu"] == "H100")["reasons"])
+    assert "OLDER THAN cloud.max_age_days" in render(est, 20)
+
+
+def test_estimating_imports_no_torch(tmp_path):
+    code = ("import sys\nfrom mens.cli.cloud import main\n"
+            f"rc = main(['estimate', '+rung=8b', 'lane=qlora', 'hydra.run.dir={tmp_path}/r'])\n"
+            "assert rc == 0, rc\n"
+            "heavy = [m for m in ('torch', 'transformers', 'lightning', 'peft') if m in sys.modules]\n"
+            "assert not heavy, heavy\nprint('clean')\n")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path)
+    assert p.returncode == 0 and "clean" in p.stdout, p.stderr

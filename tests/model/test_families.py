@@ -1,0 +1,207 @@
+"""Model families: a real config.json → rung fields → the planner's exact parameter count, equal
+to transformers' own build of that config.json on the meta device; tiny random models of every
+family load and run; unsupported configs fail with a ConfigError naming file and fix."""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from mens.errors import ConfigError
+from mens.plan.families import FAMILIES, read_config, rung_fields
+from mens.plan.memory import Arch
+
+CONFIGS = Path(__file__).resolve().parent.parent / "plan" / "fixtures" / "configs"
+# Published config.json files (see tests/plan/fixtures/configs) and their parameter counts:
+# Llama-3.1-8B and Qwen3-0.6B as shared/REFERENCE.md gives them; the others as transformers
+# 5.24 builds them on the meta device (they match the model cards: 7.25B, 1.54B, 2.61B, 1B;
+# gemma-3-4b-it's text model without its vision tower).
+PARAMS = {"Llama-3.1-8B": 8_030_261_248, "Qwen3-0.6B": 596_049_920,
+          "Qwen2.5-1.5B-Instruct": 1_543_714_304, "Mistral-7B-v0.3": 7_248_023_552,
+          "gemma-2-2b": 2_614_341_888, "gemma-3-1b-it": 999_885_952,
+          "gemma-3-4b-it": 3_880_263_168}
+FAMILY = {"Llama-3.1-8B": "llama", "Qwen3-0.6B": "qwen3", "Qwen2.5-1.5B-Instruct": "qwen2",
+          "Mistral-7B-v0.3": "mistral", "gemma-2-2b": "gemma2", "gemma-3-1b-it": "gemma3_text",
+          "gemma-3-4b-it": "gemma3_text"}
+TINY = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+        "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "vocab_size": 128}
+
+
+def model_dir(tmp_path: Path, config: dict) -> Path:
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    return tmp_path
+
+
+def meta_count(directory: Path) -> int:
+    """transformers' own reading of a config.json (AutoConfig, the text model of a multimodal
+    one), built by AutoModelForCausalLM on the meta device; tied weights count once."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    config = AutoConfig.from_pretrained(str(directory)).get_text_config()
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config)
+    return sum(p.numel() for p in model.parameters()), model
+
+
+@pytest.mark.parametrize("name", sorted(PARAMS))
+def test_planner_count_equals_meta_build(name, tmp_path):
+    shutil.copy(CONFIGS / f"{name}.json", tmp_path / "config.json")
+    fields = read_config(tmp_path)
+    arch = Arch.of(fields)
+    assert fields["family"] == arch.family == FAMILY[name]
+    counted, model = meta_count(tmp_path)
+    assert arch.params()["total"] == counted == PARAMS[name]
+    # LoRA on every linear layer: the planner's count equals PEFT's shapes
+    by_hand = sum(16 * (m.in_features + m.out_features) for n, m in model.named_modules()
+                  if n.rsplit(".", 1)[-1] in FAMILIES[fields["family"]].lora_targets)
+    assert arch.lora_params(16, FAMILIES[fields["family"]].lora_targets) == by_hand
+
+
+def test_llama_31_8b_fields():
+    f = read_config(CONFIGS / "Llama-3.1-8B.json")
+    assert f == {"family": "llama", "hidden_size": 4096, "intermediate_size": 14336,
+                 "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
+                 "head_dim": 128, "vocab_size": 128256, "tie_word_embeddings": False,
+                 "max_position_embeddings": 131072, "rope_theta": 500000.0,
+                 "rms_norm_eps": 1e-5}
+    assert Arch.of(f).params()["total"] == 8_030_261_248
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_defaults_are_transformers_defaults(family, tmp_path):
+    """A config.json naming only what mens requires: every default the family row fills in
+    (head_dim, kv heads, tying, context, rope_theta, eps) is what transformers fills in."""
+    from transformers import AutoConfig
+
+    minimal = {"model_type": family, "hidden_size": 64, "intermediate_size": 128,
+               "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 128}
+    d = model_dir(tmp_path, minimal)
+    f = rung_fields(minimal, "config.json")
+    counted, _ = meta_count(d)
+    assert Arch.of(f).params()["total"] == counted
+    c = AutoConfig.from_pretrained(str(d))
+    rope = c.rope_parameters.get("full_attention", c.rope_parameters)["rope_theta"]
+    assert (f["max_position_embeddings"], f["rms_norm_eps"], f["rope_theta"],
+            f["tie_word_embeddings"], f["num_key_value_heads"]) == (
+        c.max_position_embeddings, c.rms_norm_eps, rope, c.tie_word_embeddings,
+        c.num_key_value_heads)
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_tiny_random_model_per_family(family):
+    """Random weights from the rung fields alone (no config.json): the family's class, the
+    planner's count, a forward pass and a backward pass."""
+    import torch
+
+    from mens.model.load import load_base
+
+    rung = {"name": f"tiny-{family}", "init": "random", "family": family, **TINY,
+            "tie_word_embeddings": False, "max_position_embeddings": 256}
+    notes: list[str] = []
+    model = load_base(rung, kind="full", notes=notes)
+    assert type(model).__name__ == FAMILIES[family].causal_lm_class
+    assert sum(p.numel() for p in model.parameters()) == Arch.of(rung).params()["total"]
+    ids = torch.randint(0, 128, (2, 12))
+    out = model(input_ids=ids, labels=ids, use_cache=False)
+    assert out.logits.shape == (2, 12, 128) and torch.isfinite(out.loss)
+    out.loss.backward()
+    expected = FAMILIES[family].attn or "sdpa"
+    assert model.config._attn_implementation == expected
+    assert bool(notes) == (expected != "sdpa")
+
+
+def test_random_init_with_path_uses_its_config_json(tmp_path):
+    """Gemma 2's soft-capping and sliding window are not rung fields: random init from a
+    rung.path builds that config.json itself, and says it trains with eager attention."""
+    from mens.model.load import load_base
+
+    config = json.loads((CONFIGS / "gemma-2-2b.json").read_text())
+    config.update(TINY, sliding_window=8)
+    d = model_dir(tmp_path / "g2", config)
+    rung = {"name": "g2", "init": "random", "path": str(d), **rung_fields(config, "x")}
+    notes: list[str] = []
+    model = load_base(rung, notes=notes)
+    c = model.config
+    assert type(model).__name__ == "Gemma2ForCausalLM"
+    assert (c.final_logit_softcapping, c.attn_logit_softcapping, c.sliding_window) == (30.0, 50.0, 8)
+    assert c._attn_implementation == "eager" and "eager" in notes[0] and "soft-cap" in notes[0]
+    assert sum(p.numel() for p in model.parameters()) == Arch.of(rung).params()["total"]
+
+
+def test_pretrained_load_follows_the_weights_config(tmp_path):
+    """Saved weights of a family load through AutoModelForCausalLM with the family's
+    attention, even from a rung whose family was never filled in (default qwen3)."""
+    from mens.model.load import load_base
+
+    config = json.loads((CONFIGS / "gemma-2-2b.json").read_text())
+    config.update(TINY)
+    rung = {"name": "g2", "init": "random", "path": str(model_dir(tmp_path / "src", config)),
+            **rung_fields(config, "x")}
+    load_base(rung, notes=[]).save_pretrained(str(tmp_path / "w"))
+    notes: list[str] = []
+    model = load_base({"name": "g2", "path": str(tmp_path / "w")}, notes=notes)
+    assert type(model).__name__ == "Gemma2ForCausalLM"
+    assert model.config._attn_implementation == "eager" and notes
+
+
+def test_multimodal_gemma3_takes_text_config():
+    notes: list[str] = []
+    f = read_config(CONFIGS / "gemma-3-4b-it.json", notes)
+    assert f["family"] == "gemma3_text" and f["vocab_size"] == 262208 and f["hidden_size"] == 2560
+    assert "text_config" in notes[0] and "vision tower is not counted" in notes[0]
+
+
+def test_unknown_model_type_names_the_file_and_families():
+    with pytest.raises(ConfigError) as e:
+        rung_fields({"model_type": "phi3", **TINY}, "/models/phi/config.json")
+    msg = e.value.message
+    assert "/models/phi/config.json" in msg and "'phi3'" in msg
+    for fam in ("qwen2", "qwen3", "llama", "mistral", "gemma2", "gemma3_text", "gemma3"):
+        assert fam in msg
+    with pytest.raises(ConfigError):
+        Arch(64, 128, 2, 4, 2, 16, 128, False, "phi3").params()
+
+
+def test_missing_key_names_the_file_and_key():
+    config = {"model_type": "llama", **TINY}
+    del config["intermediate_size"]
+    with pytest.raises(ConfigError) as e:
+        rung_fields(config, "/x/config.json")
+    assert "/x/config.json" in e.value.message and "'intermediate_size'" in e.value.message
+
+
+def test_bias_the_count_cannot_express_is_refused():
+    with pytest.raises(ConfigError) as e:
+        rung_fields({"model_type": "llama", **TINY, "attention_bias": True}, "c.json")
+    assert "attention_bias" in e.value.message
+    assert rung_fields({"model_type": "qwen2", **TINY}, "c.json")["family"] == "qwen2"
+
+
+def test_bad_files(tmp_path):
+    with pytest.raises(ConfigError, match="does not exist"):
+        read_config(tmp_path)
+    (tmp_path / "config.json").write_text("{not json")
+    with pytest.raises(ConfigError, match="not readable JSON"):
+        read_config(tmp_path)
+
+
+def test_arch_of_rungs_without_family_is_qwen3():
+    """Rungs and records from before the field: dicts, positional Arch(...) — all Qwen3."""
+    rung = {"hidden_size": 1024, "intermediate_size": 3072, "num_hidden_layers": 28,
+            "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 128,
+            "vocab_size": 151936, "tie_word_embeddings": True}
+    assert Arch.of(rung).family == "qwen3"
+    assert Arch.of(rung) == Arch(1024, 3072, 28, 16, 8, 128, 151936, True)
+    assert Arch.of(rung).params()["total"] == 596_049_920
+
+
+@pytest.mark.parametrize("family", ["gemma2", "gemma3_text"])
+def test_gemma_config_naming_nothing_is_the_class_default_model(family, tmp_path):
+    """Gemma's config.json files lean on their class's defaults for the architecture itself."""
+    d = model_dir(tmp_path, {"model_type": family})
+    counted, _ = meta_count(d)
+    assert Arch.of(rung_fields({"model_type": family}, "c.json")).params()["total"] == counted
