@@ -13,6 +13,7 @@ from lightning.pytorch.callbacks import Callback, ModelCheckpoint, TQDMProgressB
 
 from mens.rundir import RunDir
 from mens.train.loggers import make_loggers
+from mens.train.strategy import lightning_devices, sum_over_ranks
 from mens.train.telemetry import resource_readings
 
 LIGHTNING_PRECISION = {"bf16": "bf16-mixed", "fp16": "16-mixed", "fp32": "32-true"}
@@ -25,24 +26,38 @@ METRICS = {"loss": "train/loss", "learning_rate": "train/lr", "grad_norm": "trai
            "eta_seconds_remaining": "perf/eta_s", "steps_per_sec_ema": "perf/steps_per_sec",
            "peak_mem_mb": "mem/peak_mb", "rss_mb": "mem/rss_mb",
            "gpu_vram_used_mb": "mem/gpu_vram_used_mb", "planned_peak_mb": "mem/planned_peak_mb",
+           "window_peak_mb": "mem/window_peak_mb",
            "cpu_util_pct": "perf/cpu_util_pct", "gpu_util_pct": "perf/gpu_util_pct"}
 
 
 class StepTelemetry(Callback):
     """One TRAIN_STEP row per optimizer step, and its numbers to every logger (METRICS)."""
-    def __init__(self, tel, data, planned_steps: int, backend: str, planned_peak_bytes=None):
+    def __init__(self, tel, data, planned_steps: int, backend: str, planned_peak_bytes=None,
+                 meter=None):
         self.tel, self.data, self.planned, self.backend = tel, data, planned_steps, backend
+        self.meter = meter   # the training window's reading: what planned_peak_mb predicts
         self.planned_peak_mb = (round(planned_peak_bytes / 2**20, 1)
                                 if planned_peak_bytes else None)
         self.t_last = time.time()
         self.ema = None
         self.step_seen = -1
         self.grad_norm = None
+        self.trained_tokens = 0   # real tokens over every rank, this session (summary.json) ...
+        self.train_seconds = 0.0  # ... in this many seconds of steps
+
+    def on_train_start(self, trainer, module):
+        self.t_last = time.time()   # after set-up (and, several ranks, their start): steps only
 
     def on_before_optimizer_step(self, trainer, module, optimizer):
         # the total 2-norm of the gradients, unscaled and before clipping (Lightning's helper)
         from lightning.pytorch.utilities import grad_norm
 
+        from mens.train.strategy import grad_norm_sharded
+
+        sharded = grad_norm_sharded(module)   # FSDP2: shards' squares summed over ranks
+        if sharded is not None:
+            self.grad_norm = sharded
+            return
         norms = grad_norm(module, norm_type=2)
         total = norms.get("grad_2.0_norm_total")
         self.grad_norm = float(total) if total is not None else None
@@ -54,10 +69,14 @@ class StepTelemetry(Callback):
         self.step_seen = step
         now = time.time()
         dt, self.t_last = now - self.t_last, now
+        self.train_seconds += dt
         rate = 1.0 / dt if dt > 0 else None
         self.ema = rate if self.ema is None else 0.9 * self.ema + 0.1 * rate
-        real, valid, slots = (module.counts[k] for k in ("real", "valid", "slots"))
+        # every rank's tokens (a collective: each rank's callback runs here at this step)
+        real, valid, slots = sum_over_ranks([module.counts[k] for k in ("real", "valid", "slots")])
+        real, valid, slots = int(real), int(valid), int(slots)
         module.counts = {"real": 0, "valid": 0, "slots": 0}
+        self.trained_tokens += real
         remaining = max(self.planned - step, 0)
         row = {"epoch": trainer.current_epoch, "step": step,
                "loss": float(module.last.get("loss", float("nan"))),
@@ -68,6 +87,7 @@ class StepTelemetry(Callback):
                "padding_pct": 100.0 * (slots - real) / slots if slots else None,
                "supervised_ratio_pct": 100.0 * valid / real if real else None,
                "planned_peak_mb": self.planned_peak_mb,
+               "window_peak_mb": _mb(self.meter.safe_read()) if self.meter else None,
                "planned_steps_total": self.planned,
                "eta_seconds_remaining": remaining / self.ema if self.ema else None,
                "progress_fraction": step / self.planned if self.planned else None,
@@ -118,15 +138,19 @@ def log_eval(trainer, result: dict) -> None:
 
 
 class MensCheckpoint(ModelCheckpoint):
-    """Lightning's atomic checkpoint (fsspec transaction), plus a CHECKPOINT telemetry row."""
+    """Lightning's atomic checkpoint (fsspec transaction), plus a CHECKPOINT telemetry row once
+    last.ckpt holds the step. Lightning writes step<N>.ckpt first and last.ckpt second, and
+    `resume=` reads last.ckpt: a row at the first write promised a step that a kill between the
+    two writes could not continue from (seen: the row said 2, the resume went on from 1)."""
     def __init__(self, tel, **kw):
         super().__init__(**kw)
         self.tel = tel
 
     def _save_checkpoint(self, trainer, filepath):
         super()._save_checkpoint(trainer, filepath)
-        self.tel.emit("CHECKPOINT", step=trainer.global_step, epoch=trainer.current_epoch,
-                      path=str(filepath))
+        if filepath == self.last_model_path:   # set by Lightning before it saves last.ckpt
+            self.tel.emit("CHECKPOINT", step=trainer.global_step, epoch=trainer.current_epoch,
+                          path=str(filepath), world_size=trainer.world_size)
 
 
 class Interrupt(Callback):
@@ -139,7 +163,53 @@ class Interrupt(Callback):
             trainer.save_checkpoint(str(self.path))
             trainer.mens_interrupted = True
             self.tel.emit("CHECKPOINT", step=trainer.global_step, epoch=trainer.current_epoch,
-                          path=str(self.path), reason="interrupted")
+                          path=str(self.path), reason="interrupted", world_size=trainer.world_size)
+
+
+def _mb(n: int | None) -> float | None:
+    return None if n is None else round(n / 2**20, 1)
+
+
+class CheckpointNow(Callback):
+    """SIGUSR1 (the studio's "checkpoint now"): last.ckpt at the next optimizer step, a
+    CHECKPOINT row with reason "requested", and training goes on. Under SLURM, SIGUSR1 is
+    Lightning's requeue signal: left to it. Several ranks: the request (sent to rank 0) is
+    summed over ranks every step, since saving a checkpoint is a collective."""
+    def __init__(self, tel, path: Path):
+        self.tel, self.path, self.asked, self.previous, self.step = tel, path, False, None, 0
+
+    def on_train_start(self, trainer, module):
+        import os
+        import signal
+        import threading
+
+        self.step = trainer.global_step
+        if (hasattr(signal, "SIGUSR1") and "SLURM_JOB_ID" not in os.environ
+                and threading.current_thread() is threading.main_thread()):
+            self.previous = signal.signal(signal.SIGUSR1, self._ask)
+
+    def _ask(self, signum, frame):
+        self.asked = True
+
+    def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
+        if trainer.global_step == self.step:            # accumulating: no step yet
+            return
+        self.step = trainer.global_step
+        asked = self.asked
+        if trainer.world_size > 1:
+            asked = sum_over_ranks([float(asked)])[0] > 0
+        if not asked:
+            return
+        self.asked = False
+        trainer.save_checkpoint(str(self.path))
+        self.tel.emit("CHECKPOINT", step=trainer.global_step, epoch=trainer.current_epoch,
+                      path=str(self.path), reason="requested", world_size=trainer.world_size)
+
+    def on_train_end(self, trainer, module):
+        import signal
+        if self.previous is not None:
+            signal.signal(signal.SIGUSR1, self.previous)
+            self.previous = None
 
 
 class _No4bitKernel:
@@ -179,8 +249,9 @@ def quiet_libraries(spec=None) -> None:
 
 def build_trainer(spec, plan, out_dir: Path, tel, data, trainable: int,
                   extra_callbacks: list | None = None, job_type: str = "train",
-                  eval_sets: dict | None = None):
-    """extra_callbacks go first (mens.train.run.RunHooks): their batch-end runs before any
+                  eval_sets: dict | None = None, meter=None):
+    """meter: the run's memory window (mens.train.meter), read into every TRAIN_STEP row.
+    extra_callbacks go first (mens.train.run.RunHooks): their batch-end runs before any
     checkpoint is written at that step. With train.eval_every > 0 the validation loop scores
     the held-out sets every that many optimizer steps (Lightning counts batches, hence the
     grad_accum factor)."""
@@ -190,12 +261,16 @@ def build_trainer(spec, plan, out_dir: Path, tel, data, trainable: int,
                           every_n_train_steps=spec.train.checkpoint_every, save_last=True,
                           save_top_k=1, monitor="step", mode="max", auto_insert_metric_name=False)
     callbacks = [*(extra_callbacks or []),
-                 StepTelemetry(tel, data, planned, spec.hw.backend, plan.peak_bytes),
-                 ckpt, Interrupt(tel, run.last_checkpoint), TQDMProgressBar()]
+                 StepTelemetry(tel, data, planned, spec.hw.backend, plan.peak_bytes, meter),
+                 ckpt, Interrupt(tel, run.last_checkpoint),
+                 CheckpointNow(tel, run.last_checkpoint), TQDMProgressBar()]
     if spec.train.eval_every and eval_sets:
         callbacks.insert(len(extra_callbacks or []) + 1, HeldOutEval(tel, eval_sets))
     trainer = L.Trainer(
-        accelerator=spec.hw.lightning.accelerator, devices=spec.hw.lightning.devices, strategy=spec.hw.lightning.strategy,
+        accelerator=spec.hw.lightning.accelerator, **lightning_devices(spec, out_dir),
+        # each rank's rows come from MensData (strategy.rank_items): Lightning's automatic
+        # DistributedSampler would shuffle the training rows even with shuffle=False
+        use_distributed_sampler=False,
         precision=LIGHTNING_PRECISION[spec.lane.precision], max_epochs=spec.curriculum.epochs,
         max_steps=spec.train.max_steps, accumulate_grad_batches=spec.train.grad_accum,
         gradient_clip_val=spec.train.grad_clip or None, callbacks=callbacks,
