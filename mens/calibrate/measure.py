@@ -90,6 +90,13 @@ def task(cfg: DictConfig, out_dir: Path) -> int:
     c = cfg.calibrate
     record = base_record(cfg, spec, plan, out_dir)
     record["notes"] += notes
+    from mens.calibrate.records import recorded
+    hit = recorded(list(c.skip_recorded), record)
+    if hit is not None:   # measured in an earlier sitting: its record is in the committed file
+        print(f"mens calibrate: already measured ({hit[0]['status']}, record {hit[0]['id']} in "
+              f"calibrate.skip_recorded) · {record['cell']} · s={record['seq_len']} "
+              f"b={record['micro_batch']} · {out_dir}")
+        return EXIT_OK
     world = plan.world_size
     cap = c.max_predicted_gb
     if cap is not None and plan.raw_bytes > cap * 2**30:

@@ -151,3 +151,24 @@ def merge_ranks(said: list[dict | None]) -> dict:
                 "step_peaks_bytes": [x["peak_bytes"] for x in s.get("steps") or []],
                 "window_complete": s.get("window_complete"), "error": s.get("error"),
                 "tokens_per_s": s.get("tokens_per_s")} for r, s in enumerate(said)]}
+
+
+def job_key(r: dict) -> str:
+    """What makes two records measurements of the same sweep job (ids differ: host and date)."""
+    keep = ("role", "cell", "arch", "lane", "seq_len", "micro_batch", "packing", "steps",
+            "checkpointing", "precision", "backend")
+    return json.dumps({**{k: r.get(k) for k in keep}, "rung": r["rung"]["name"],
+                       "paths": record_paths(r), "world": world_size(r),
+                       "strategy": r.get("strategy") or "single"}, sort_keys=True)
+
+
+def recorded(sources, record: dict) -> tuple[dict, str] | None:
+    """A finished record (ok / lower_bound) of `record`'s job in `sources`, and where."""
+    if not sources:
+        return None
+    key = job_key(record)
+    found, _ = collect(sources)
+    for r in found:
+        if r.get("status") in ("ok", "lower_bound") and job_key(r) == key:
+            return r, str(r.get("run_dir") or r["id"])
+    return None

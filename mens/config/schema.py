@@ -282,6 +282,10 @@ class CalibrateConfig:
     max_rss_gb: Optional[float] = None        # guard: kill the child above this RSS → a lower-bound record
     max_predicted_gb: Optional[float] = None  # do not run shapes predicted above this → a skipped record
     timeout_s: float = 7200.0
+    # record files (JSONL/dirs/globs) whose finished measurement of the same job (role, cell,
+    # architecture, shape, paths, world) counts as done: a sweep longer than one sitting goes on
+    # from committed records instead of starting again
+    skip_recorded: List[str] = field(default_factory=list)
     keep_outputs: bool = False       # keep checkpoints/, model/, adapter/ (random weights: usually not)
     weights_cache: str = "outputs/calibration/weights"   # random weights written for qlora rungs
     # python -m mens.fit: records → fitted cells in the contract, and a report

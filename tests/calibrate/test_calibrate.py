@@ -46,6 +46,29 @@ def test_sweep_writes_one_record_per_job_each_from_its_own_child(tmp_path, mens_
     assert again.stdout.count("already measured (ok)") == 1 and "cpu/qlora" in again.stdout
     assert json.loads((tmp_path / "sweep" / "0" / "calibration.json").read_text()) == recs[0]
     assert json.loads((tmp_path / "sweep" / "1" / "calibration.json").read_text())["status"] == "ok"
+    # another sitting: a new sweep dir, the first record committed to a file it skips by
+    (tmp_path / "committed.jsonl").write_text(json.dumps(recs[0]) + "\n")
+    later = mens_cli("mens.calibrate", "-m", "lane=qlora", *FAST, "train.seq_len=128",
+                     "train.micro_batch=2", "rung.init=random", "calibrate.steps=2",
+                     f"calibrate.skip_recorded=[{tmp_path / 'committed.jsonl'}]",
+                     f"hydra.sweep.dir={tmp_path / 'later'}")
+    assert later.returncode == 0, later.stderr[-2000:]
+    assert f"record {recs[0]['id']} in calibrate.skip_recorded" in later.stdout
+    assert not (tmp_path / "later" / "0" / "calibration.json").exists()
+
+
+def test_a_recorded_job_is_the_same_shape_cell_and_paths_only():
+    from mens.calibrate.records import job_key, recorded
+
+    r = {"role": "fit", "cell": "cpu/lora/ckpt/fp32", "arch": {"hidden": 8}, "lane": {"r": 16},
+         "seq_len": 128, "micro_batch": 1, "packing": True, "steps": 3, "checkpointing": True,
+         "precision": "fp32", "backend": "cpu", "rung": {"name": "tiny"}, "status": "ok",
+         "id": "a", "paths": {"attention": "per_record", "loss": "chunked", "heap": "fixed"}}
+    assert job_key(dict(r, id="b", date="later", host={"hostname": "x"})) == job_key(r)
+    for change in ({"seq_len": 256}, {"role": "held_out"}, {"arch": {"hidden": 16}},
+                   {"paths": {"attention": "block_mask"}}, {"world_size": 2}):
+        assert job_key({**r, **change}) != job_key(r), change
+    assert recorded([], r) is None
 
 
 def test_child_runs_in_the_sweeps_wandb_group():
