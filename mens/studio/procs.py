@@ -133,7 +133,10 @@ def find_runs(root: Path, limit: int = 60) -> list[Path]:
     return found[:limit]
 
 
-SLIM = ("step", "epoch", "loss", "tokens_per_sec", "planned_peak_mb", "peak_mem_mb", "rss_mb",
+# the chart's memory channel prefers the training window (what the plan predicts), hence
+# window_peak_mb; without it the chart fell back to the process peak, loading included
+SLIM = ("step", "epoch", "loss", "tokens_per_sec", "planned_peak_mb", "window_peak_mb",
+        "peak_mem_mb", "rss_mb",
         "gpu_vram_used_mb", "cpu_util_pct", "gpu_util_pct", "sys_ram_used_mb", "planned_steps_total",
         "eta_seconds_remaining", "time")
 

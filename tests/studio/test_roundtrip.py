@@ -60,6 +60,8 @@ def test_round_trip_in_the_browser(studio, browser, tmp_path):
     during = [n for n, done in seen if not done and n > 0]
     assert during and max(during) > min(during), f"no growth seen while running: {seen}"
     wait(lambda: points() >= 10, 30, "all 10 steps on the chart")
+    # memory compares like with like: the training window against the planned peak
+    assert "window peak MB vs planned peak" in page.locator("#chart-legend").inner_text()
     page.screenshot(path=str(shots / "jobs-finished.png"))
 
     # a gate that fails (run by the test: see the docstring)

@@ -192,7 +192,7 @@ function ema(points) {
 // the memory channel compares like with like: the training window's reading (what the planner
 // predicts) when the rows carry one, else the accelerator's reserved memory, else the process's
 // peak (RSS high-water, loading included) — and the legend says which
-const MEMORY_KEYS = [["window_peak_mb", "window peak MB"], ["window_mb", "window MB"],
+const MEMORY_KEYS = [["window_peak_mb", "window peak MB"],
   ["gpu_vram_used_mb", "accelerator reserved MB"], ["peak_mem_mb", "process peak MB (incl. loading)"]];
 function draw() {
   $("#chart-points").textContent = rows.length;
