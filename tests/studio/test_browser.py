@@ -33,6 +33,13 @@ def test_open_ladder_and_recipe_replans(studio, browser, tmp_path):
     assert float(big.split()[0]) > float(small.split()[0]), (small, big)
     assert page.locator("#plan-verdict").inner_text() == "fits"
     assert page.get_by_role("cell", name="activations", exact=True).count() == 1
+    # difficulty caps per epoch: one number per epoch, planned as curriculum.caps
+    page.select_option("#r-curriculum", "three_epoch")
+    page.fill("#r-caps", "3, 6, 10")
+    page.wait_for_function("document.querySelector('#plan-command').textContent"
+                           ".includes('curriculum.caps=[3,6,10]')")
+    assert "curriculum=three_epoch" in page.locator("#plan-command").inner_text()
+    page.wait_for_function("document.querySelector('#plan-verdict').textContent === 'fits'")
     page.screenshot(path=str(shots / "recipe.png"))
     assert not errors, errors
 

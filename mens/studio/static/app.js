@@ -75,6 +75,8 @@ function overrides() {
   pick("rank", "lane.lora.r"); pick("alpha", "lane.lora.alpha"); pick("lr", "lane.optimizer.lr");
   pick("seq_len", "train.seq_len"); pick("micro_batch", "train.micro_batch");
   pick("grad_accum", "train.grad_accum"); pick("max_steps", "train.max_steps");
+  const caps = $("#r-caps").value.split(/[\s,]+/).filter(Boolean);   // "4, 7, 10": one per epoch
+  if (caps.length) o.push("curriculum.caps=[" + caps.join(",") + "]");
   return o.concat($("#r-extra").value.split(/\s+/).filter(Boolean));
 }
 async function loadRecipe() {
