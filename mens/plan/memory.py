@@ -194,7 +194,10 @@ def components(arch: Arch, lane: LaneModel, shape: Shape, backend: str,
     # chunks — their coefficient carries that retention, the large ones' stays near 1.
     big = (m["mmap_threshold_mib"].get(backend) or 0) * 2**20
     if paths["heap"] == "fixed" and backend == "cpu":
-        big = FIXED_MMAP_THRESHOLD
+        # no split: under the fixed 8 MiB threshold the calibration records grow by the same
+        # ~2× of the saved bytes whether a tensor is mmapped or not (the transient backward
+        # buffers live beside the saved ones, not heap retention), so one term fits both
+        big = 0
 
     def cut(tensor_bytes: int, total: int) -> tuple[int, int]:
         """(heap-sized, mmapped) shares of `total` bytes made of tensors of `tensor_bytes`."""

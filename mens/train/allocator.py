@@ -21,7 +21,7 @@ import ctypes
 import ctypes.util
 import sys
 
-from mens.plan.memory import FIXED_MMAP_THRESHOLD as MMAP_THRESHOLD_BYTES  # what the plan models
+from mens.plan.memory import FIXED_MMAP_THRESHOLD as MMAP_THRESHOLD_BYTES  # one owner: the plan
 
 M_MMAP_THRESHOLD = -3          # glibc's mallopt parameter number (malloc.h)
 

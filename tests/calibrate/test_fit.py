@@ -224,3 +224,17 @@ def test_records_of_other_training_paths_are_counted_never_fitted():
     (x,) = [x for x in result["excluded"] if x["id"] == lean["id"]]
     assert "other training paths" in x["reason"] and "attention=per_record" in x["reason"]
     assert len(result["cells"]["cpu/lora/nockpt/fp32"]["records"]) == len(recs)
+
+
+def test_the_fixed_heap_keeps_every_activation_in_one_term():
+    """Under train.heap=fixed the CPU records grow by the same factor of the saved bytes whether
+    a tensor is mmapped (≥ 8 MiB) or not, so the model does not split them (the default heap's
+    adaptive threshold does split): same total, all of it in `activations`."""
+    from mens.plan.memory import Shape, components
+    c = load_contract()
+    lane, shape = LaneModel("lora", "fp32"), Shape(2048, 2, False, True)
+    per = {"attention": "per_record", "loss": "chunked"}
+    fixed = components(Q06_L8, lane, shape, "cpu", c, {**per, "heap": "fixed"})
+    default = components(Q06_L8, lane, shape, "cpu", c, {**per, "heap": "default"})
+    assert default["large_activations"] > 0 and fixed["large_activations"] == 0
+    assert fixed["activations"] == default["activations"] + default["large_activations"]
