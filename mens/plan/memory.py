@@ -193,11 +193,9 @@ def components(arch: Arch, lane: LaneModel, shape: Shape, backend: str,
     # mmap and returns them when freed; smaller ones come from its heap, which keeps freed
     # chunks — their coefficient carries that retention, the large ones' stays near 1.
     big = (m["mmap_threshold_mib"].get(backend) or 0) * 2**20
-    if paths["heap"] == "fixed" and backend == "cpu":
-        # no split: under the fixed 8 MiB threshold the calibration records grow by the same
-        # ~2× of the saved bytes whether a tensor is mmapped or not (the transient backward
-        # buffers live beside the saved ones, not heap retention), so one term fits both
-        big = 0
+    fixed_heap = paths["heap"] == "fixed" and backend == "cpu"
+    if fixed_heap:
+        big = FIXED_MMAP_THRESHOLD
 
     def cut(tensor_bytes: int, total: int) -> tuple[int, int]:
         """(heap-sized, mmapped) shares of `total` bytes made of tensors of `tensor_bytes`."""
@@ -253,8 +251,12 @@ def components(arch: Arch, lane: LaneModel, shape: Shape, backend: str,
         "gradients": int(trainable * tb),
         "optimizer": int(trainable * m["optimizer_bytes"][lane.optimizer]
                          + optimizer_step_bytes(m, backend, lane, trainable, largest)),
-        "activations": int(act[0]),
-        "large_activations": int(act[1]),
+        # under the fixed 8 MiB threshold the CPU records grow by the same ~2× of the saved
+        # bytes whether a tensor is mmapped or not (transient backward buffers beside the saved
+        # ones, not heap retention): one activation term. Retention (above) still counts only
+        # the heap-sized tensors: mmapped ones go back to the system when freed.
+        "activations": int(act[0] + act[1]) if fixed_heap else int(act[0]),
+        "large_activations": 0 if fixed_heap else int(act[1]),
         "logits": logits_bytes(arch, b * s, wb, m, paths["loss"]),
         "packing_mask": int(b * s * s * m["packing_mask_bytes"]) if masked else 0,
         "retention": int(retention),
