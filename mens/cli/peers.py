@@ -10,7 +10,8 @@ thread state leaks between them (`python -m mens.cli.peers PEER JSON` prints one
 
 Same model, records (the spoke's training records through mens's own tokenization and labels),
 seq_len, micro-batch, LoRA targets and steps; the same C heap settings as mens
-(mens.train.allocator), so a ratio measures the method. Measured: real (non-padding) tokens/s,
+(mens.train.allocator: the mmap threshold, and a trim before every step), so a ratio measures
+the method. Measured: real (non-padding) tokens/s,
 the median of per-step rates after the first step; and the peak as the planner counts it — the
 training window above what was resident before the model loaded (mens.train.meter).
 """
@@ -93,12 +94,18 @@ def _base(spec):
     return load_base(spec.rung, "lora", "fp32", "cpu", 0).to(torch.float32)
 
 
-def _marks(meter, counted: dict, marks: list):
-    """A callback: opens the memory window at the first step; (time, real tokens) per step."""
+def _marks(meter, counted: dict, marks: list, spec):
+    """A callback: opens the memory window at the first step; (time, real tokens) per step.
+    Under train.heap=fixed it trims the heap before every step, as mens does (allocator)."""
     from transformers import TrainerCallback
+
+    from mens.train import allocator
+    trim = spec.train.heap == "fixed"
 
     class Marks(TrainerCallback):
         def on_step_begin(self, *a, **kw):
+            if trim:
+                allocator.trim()
             if not marks:
                 meter.start()
 
@@ -140,7 +147,7 @@ def run_trainer(args: dict) -> dict:
             remove_unused_columns=False, seed=0, gradient_checkpointing=ckpt,
             gradient_checkpointing_kwargs={"use_reentrant": False})
         Counting(model=model, args=targs, train_dataset=exs,
-                 callbacks=[_marks(meter, counted, marks)],
+                 callbacks=[_marks(meter, counted, marks, spec)],
                  data_collator=lambda b: pad_batch(b, min(seq, max(len(e) for e in b)))).train()
     return {"tokens_per_s": _rates(marks), "peak_bytes": meter.safe_read(), "seq_len": seq}
 
@@ -178,7 +185,7 @@ def run_trl(args: dict) -> dict:
                         gradient_checkpointing_kwargs={"use_reentrant": False},
                         dataloader_num_workers=0)
         Counting(model=model, args=cfg, train_dataset=data, processing_class=tok,
-                 callbacks=[_marks(meter, counted, marks)]).train()
+                 callbacks=[_marks(meter, counted, marks, spec)]).train()
     return {"tokens_per_s": _rates(marks), "peak_bytes": meter.safe_read(), "seq_len": seq}
 
 

@@ -54,9 +54,13 @@ def train_run(spec, plan, out_dir: Path, resume: bool = False,
     devices, nodes, strategy = world(spec)
     size = devices * nodes
     quiet_libraries(spec)
-    # train.heap (resolved by the plan): glibc's own, or a fixed 8 MiB mmap threshold
+    # train.heap (resolved by the plan): glibc's own, or a fixed 8 MiB mmap threshold and a
+    # trim before every micro-batch (mens.train.allocator)
     heap = allocator.configure(spec.hw.backend) if spec.train.heap == "fixed" else \
         {"allocator": "default"}
+    trims = allocator.step_trim() if heap.get("set") else None
+    if trims:
+        heap["trim"] = "before every micro-batch"
     run = RunDir(out_dir)
     tel = Telemetry(run.telemetry)
     notes = list(spec.notes)
@@ -133,20 +137,21 @@ def train_run(spec, plan, out_dir: Path, resume: bool = False,
     module = MensModule(model, spec, data.position, data.planned_steps(), ref)
     # loading, the base evaluation and (on resume) the checkpoint restore stay outside the window
     opener = window_opener(meter, allocator.trim if spec.train.heap == "fixed" else None)
+    callbacks = [opener, *hooks.callbacks, *([trims] if trims else [])]
     trainer, _ = build_trainer(spec, plan, run.path, tel, data, trainable,
-                               extra_callbacks=[opener, *hooks.callbacks], job_type=job_type,
+                               extra_callbacks=callbacks, job_type=job_type,
                                eval_sets=loop_sets(sets), meter=meter)
     t0 = time.time()
     try:
         return _fit_and_finish(trainer, module, data, model, tokenizer, spec, plan, run, tel,
                                meter, sets, refs, base_eval, (trainable, total), t0, strategy, size,
-                               resume)
+                               resume, trims)
     finally:   # every way out: the process group closed, the launcher's environment cleared
         release()
 
 
 def _fit_and_finish(trainer, module, data, model, tokenizer, spec, plan, run, tel, meter, sets,
-                    refs, base_eval, params, t0, strategy, size, resume):
+                    refs, base_eval, params, t0, strategy, size, resume, trims=None):
     from mens.train.evaluate import base_from_telemetry, evaluate
     from mens.train.loggers import close_loggers, log_weights
     from mens.train.strategy import distributed, full_state_dict, share
@@ -193,6 +198,9 @@ def _fit_and_finish(trainer, module, data, model, tokenizer, spec, plan, run, te
     # steps (from the first step's start: set-up and the ranks' start excluded)
     summary.update(world_size=size, strategy=strategy, train_tokens=tokens,
                    tokens_per_sec=round(tokens / secs, 1) if secs > 0 else None)
+    if trims:   # what the heap trims cost (mens.train.allocator.step_trim)
+        summary.update(heap_trims=trims.counts["heap_trims"],
+                       heap_trim_s=round(trims.counts["heap_trim_s"], 3))
     tel.emit("TRAIN_COMPLETE", **summary)
     log_weights(trainer, saved, spec)
     close_loggers(trainer, summary)
