@@ -186,6 +186,9 @@ class CurriculumConfig:
     caps: List[int] = MISSING        # max difficulty (1-10) seen in epoch e; len == epochs
     phases: List[str] = field(default_factory=lambda: [
         "warmup", "syntax", "reasoning", "tool_call", "multi_turn", "orchestration", "agentic"])
+    # how many phases apart two records may share a packed row (mens.data.pack): null = any
+    # (the least padding), 0 = a row holds one phase's records
+    pack_window: Optional[int] = None
 
 
 @dataclass

@@ -213,6 +213,9 @@ RANGES: dict[str, Range] = {
                                     note="Adam's two moment decay rates"),
     "lane.dpo.beta": _pos("the DPO temperature (TRL's default 0.1)", "0.1"),
     "curriculum.epochs": _count("", "3"),
+    "curriculum.pack_window": Range(lo=0, integer=True, example="2",
+                                    note="how many phases apart two records may share a packed "
+                                         "row; null: any, 0: none"),
     "curriculum.caps[]": Range(lo=1, hi=10, integer=True, example="[4,7,10]",
                                note="the max difficulty (1-10) of the records an epoch sees"),
     "train.default_global_batch": _count("sequences per optimizer step", "16"),

@@ -2,8 +2,10 @@
 
 Epoch e admits the records with difficulty <= caps[min(e, len(caps) - 1)] (epochs past the last
 cap keep it) and orders them by phase, as listed in the curriculum's `phases` (warmup first).
-The order is the list itself: `mens.data.pack.pack` buckets by phase and keeps phase order, so no
-sampler is needed. `shuffle_within_phase` varies the order inside each phase by seed and epoch.
+The order is the list itself: `mens.data.pack.pack` gives each packed row the phase of its
+longest record and emits rows in phase order, so no sampler is needed (a shorter record may fill
+a row of a nearby phase: `curriculum.pack_window`). `shuffle_within_phase` varies the order
+inside each phase by seed and epoch.
 Records are dicts with at least `difficulty` (int 1-10) and `phase` (str).
 """
 from __future__ import annotations

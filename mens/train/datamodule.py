@@ -61,8 +61,8 @@ def epoch_items(examples: dict, records: list, spec, epoch: int, pairs: bool):
     if pairs or not spec.train.packing:
         return items
     # FFD emits a phase's rows longest-first: shuffle rows within each phase by (seed, epoch)
-    return shuffle_within_phase(pack(items, spec.train.seq_len), spec.train.seed, epoch,
-                                key=lambda row: row.phase)
+    rows = pack(items, spec.train.seq_len, window=cur.pack_window)
+    return shuffle_within_phase(rows, spec.train.seed, epoch, key=lambda row: row.phase)
 
 
 class MensData(L.LightningDataModule):

@@ -79,6 +79,7 @@ BAD = [
     (["curriculum.caps=[0,7,10]"], "curriculum.caps[0]"),
     (["curriculum.caps=[4,7,11]"], "curriculum.caps[2]"),
     (["curriculum.caps=[]"], "curriculum.caps"),
+    (["curriculum.pack_window=-1"], "curriculum.pack_window"),
     (["train.default_global_batch=0"], "train.default_global_batch"),
     (["train.max_steps=0"], "train.max_steps"),
     (["train.max_steps=-2"], "train.max_steps"),

@@ -204,20 +204,50 @@ def test_ffd_matches_reference_first_fit_scan():
     assert [r.record_ids for r in pack(items, seq_len=64)] == bins
 
 
-def test_phase_order_survives_packing():
+def reference_phase_pack(items: list[Example], seq_len: int, window) -> list[list]:
+    """A plain scan of what pack() promises: longest first; the nearest phase's rows (own
+    phase first, the earlier on a tie, at most `window` away), leftmost row with room."""
+    phases = sorted({e.phase for e in items})
+    rows: dict = {p: [] for p in phases}                       # phase → [[room, [ids]]]
+    for i in sorted(range(len(items)), key=lambda i: (-len(items[i]), i)):
+        n, home = len(items[i]), phases.index(items[i].phase)
+        reach = len(phases) if window is None else window
+        near = [phases[k] for d in range(reach + 1) for k in dict.fromkeys((home - d, home + d))
+                if 0 <= k < len(phases)]
+        row = next((r for q in near for r in rows[q] if r[0] >= n), None)
+        if row is None:
+            row = [seq_len, []]
+            rows[items[i].phase].append(row)
+        row[0] -= n
+        row[1].append(items[i].record_id)
+    return [r[1] for p in phases for r in rows[p]]
+
+
+@pytest.mark.parametrize("window", [None, 0, 1])
+def test_phase_aware_packing_matches_its_reference_and_keeps_phase_order(window):
     rng = random.Random(4)
-    items = [ex(rng.randint(1, 9), phase=rng.randint(0, 3), rid=i) for i in range(60)]
-    rows = pack(items, seq_len=16)
+    items = [ex(rng.randint(1, 9) if rng.random() < .6 else rng.randint(9, 15),
+                phase=rng.randint(0, 3), rid=i) for i in range(80)]
+    rows = pack(items, seq_len=16, window=window)
+    assert [r.record_ids for r in rows] == reference_phase_pack(items, 16, window)
     phases = [r.phase for r in rows]
-    assert phases == sorted(phases) and {int(p) for p in phases} == {0, 1, 2, 3}
+    assert phases == sorted(phases) and set(phases) == {0, 1, 2, 3}
+    assert sorted(rid for r in rows for rid in r.record_ids) == list(range(80))
     by_id = {e.record_id: e.phase for e in items}
-    # a row holds one phase's records, or (phase p + 0.5) phase p's topped up with p+1's
-    assert all(by_id[rid] in (int(r.phase), int(r.phase + 0.5)) for r in rows for rid in r.record_ids)
-    ph = [{by_id[rid] for rid in r.record_ids} for r in rows]
-    for i, r in enumerate(rows):   # a pure phase-p row: nothing later before it, nothing earlier after
-        if r.phase == int(r.phase):
-            assert all(max(q) <= r.phase for q in ph[:i]) and all(min(q) >= r.phase for q in ph[i:])
-    assert sorted(rid for r in rows for rid in r.record_ids) == list(range(60))
+    far = max(abs(by_id[rid] - r.phase) for r in rows for rid in r.record_ids)
+    assert far <= (3 if window is None else window)
+    if window == 0:
+        assert far == 0     # 0: every row holds one phase's records
+
+
+def test_packing_across_phases_wastes_less_than_phases_apart():
+    """Each phase's long records leave room only another phase's short ones can fill."""
+    items = [ex(12, phase=p, rid=f"{p}-long-{k}") for p in (0, 1) for k in range(4)] + \
+            [ex(4, phase=2, rid=f"short-{k}") for k in range(8)]
+    apart, across = pack(items, 16, window=0), pack(items, 16)
+    assert len(apart) == 8 + 2 and len(across) == 8
+    assert packing_stats(across)["padded_tokens"] == 0
+    assert [r.phase for r in across] == [0] * 4 + [1] * 4   # the short ones fill both phases' rows
 
 
 def test_row_layout_and_padding_waste():
