@@ -115,6 +115,26 @@ def summary_text(s: dict) -> str:
     return "\n".join(lines)
 
 
+def cell_text(rs: list[dict], contract) -> str:
+    """Per fitted cell: its label, uncertainty, and its held-out records' worst errors (relative
+    from 512 MiB, absolute below) — the table that shows which cells earned `calibrated`."""
+    lines = ["| cell | label | uncertainty | held out | max error ≥ 512 MiB | max error below | "
+             "above prediction + unc. |", "|---|---|---|---|---|---|---|"]
+    for key, cell in sorted((contract.get("cells") or {}).items()):
+        if usable_cell(contract, key) is None:
+            continue
+        sel = [r for r in rs if r["cell"] == key and r["role"] == "held_out" and
+               r["status"] == "ok"]
+        big = [abs(_err(r["mens"], r["measured"])) for r in sel if r["big"]]
+        small = [abs(r["mens"] - r["measured"]) / MiB for r in sel if not r["big"]]
+        lines.append(f"| {key} | {'calibrated' if cell.get('calibrated') else 'UNCALIBRATED'} | "
+                     f"{cell['uncertainty']:.1%} | {len(sel)} | "
+                     f"{f'{max(big):.1f} %' if big else '—'} | "
+                     f"{f'{max(small):.0f} MiB' if small else '—'} | "
+                     f"{sum(r['exceeds'] for r in sel)} |")
+    return "\n".join(lines)
+
+
 def split_text(rs: list[dict]) -> str:
     """The held-out summary again, separately for cells labelled calibrated and for the rest:
     the label is the claim, so the acceptance is checked against it."""
@@ -176,7 +196,7 @@ def report(records, contract, result, out_dir: Path, problems=()) -> dict:
                      f"spread {noise['max_spread_pct']:.1f} %; no cell claims less than 2σ")
     parts += [f"- refused: {msg}" for msg in result["refused"].values()]
     parts += ["", "## Held out", "", "```", summary_text(held), split_text(rs), "```", "",
-              table([r for r in rs if r["role"] == "held_out"]), "",
+              cell_text(rs, contract), "", table([r for r in rs if r["role"] == "held_out"]), "",
               "## Fit records (in-sample)", "", "```", summary_text(fitted), "```", "",
               table([r for r in rs if r["role"] != "held_out"]), "", "## Excluded", ""]
     parts += [f"- {x['id']} ({x['cell']}): {x['reason']}" for x in result["excluded"]] or ["none"]
@@ -202,6 +222,7 @@ def held_out_table(records: str = "calibration/cpu.jsonl", contract: str | None 
     print(table(rs))
     print(summary_text(s))
     print(split_text(rs))
+    print(cell_text(rs, c))
     for p in problems:
         print(f"problem: {p}")
     return s

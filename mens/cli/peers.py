@@ -1,9 +1,10 @@
 """The training peers `make bench` measures mens against, each in its own process so no heap or
 thread state leaks between them (`python -m mens.cli.peers PEER JSON` prints one JSON line):
 
-    mens     mens's own run (train_run) on the lean paths: per-record attention and the chunked
-             loss (train.attention=per_record train.loss=chunked); `heap` as asked
-    mens_calibrated  mens on the paths its memory cells were fitted on (4-D mask, full logits)
+    mens     mens's own run (train_run) on its default paths — what the memory cells were fitted
+             on: per-record attention, the chunked loss; `heap` as asked
+    mens_classic  mens on the paths before issue #13 (4-D mask, full logits), `heap` as asked:
+             what the lean paths gained
     trainer  a plain transformers Trainer + peft, one record per row padded to the longest in the
              batch (the memory shape: records concatenated into rows of seq_len, as `group_texts`)
     trl      TRL's SFTTrainer with packing (best-fit decreasing, padding-free)
@@ -57,7 +58,7 @@ def overrides(args: dict) -> list[str]:
            "train.grad_accum=1", f"train.max_steps={args['steps']}", f"lane.optimizer.lr={LR}",
            f"lane.gradient_checkpointing={str(args.get('ckpt', False)).lower()}",
            "train.eval_max_records=1", "plan.force=true"]
-    out += ["train.attention=per_record", "train.loss=chunked"] if args.get("lean") else []
+    out += ["train.attention=block_mask", "train.loss=full_logits"] if args.get("classic") else []
     out += [f"train.heap={args.get('heap', 'auto')}"]
     return out + (["rung.init=random"] if rung != "tiny" else [])
 
@@ -189,7 +190,7 @@ def run_trl(args: dict) -> dict:
     return {"tokens_per_s": _rates(marks), "peak_bytes": meter.safe_read(), "seq_len": seq}
 
 
-PEERS = {"mens": lambda a: run_mens({**a, "lean": True}), "mens_calibrated": run_mens,
+PEERS = {"mens": run_mens, "mens_classic": lambda a: run_mens({**a, "classic": True}),
          "trainer": run_trainer, "trl": run_trl}
 
 
