@@ -78,7 +78,7 @@ ifndef CALIB_DIR
 CALIB_DIR := outputs/calibration/$(shell date +%Y-%m-%d_%H-%M-%S)
 endif
 CALIB_FIT := calib_cpu calib_cpu_0.6b_l8 calib_cpu_0.6b calib_cpu_repeat
-CALIB_HELD := calib_cpu_heldout calib_cpu_heldout_0.6b calib_cpu_heldout_1.7b calib_cpu_heldout_wide
+CALIB_HELD := calib_cpu_heldout calib_cpu_heldout_0.6b calib_cpu_heldout_1.7b calib_cpu_heldout_wide calib_cpu_heldout_long
 
 calibrate: install ## CPU calibration sweeps, fit + held-out shapes (hours on 2 cores), then a fit check
 	@rc=0; for r in $(CALIB_FIT) $(CALIB_HELD); do \
