@@ -58,9 +58,11 @@ def train_run(spec, plan, out_dir: Path, resume: bool = False,
     # trim before every micro-batch (mens.train.allocator)
     heap = allocator.configure(spec.hw.backend) if spec.train.heap == "fixed" else \
         {"allocator": "default"}
-    trims = allocator.step_trim() if heap.get("set") else None
+    trims = allocator.Trims() if heap.get("set") else None
     if trims:
-        heap["trim"] = "before every micro-batch"
+        heap["trim"] = "before every micro-batch" + (
+            "; before each decoder layer's forward and backward (checkpointing)"
+            if spec.lane.gradient_checkpointing else "")
     run = RunDir(out_dir)
     tel = Telemetry(run.telemetry)
     notes = list(spec.notes)
@@ -106,6 +108,8 @@ def train_run(spec, plan, out_dir: Path, resume: bool = False,
         if hooks.before_base:
             hooks.before_base()
     model, _ = load_model(spec, notes, before_base=before_base, tokenizer=tokenizer)
+    if trims and spec.lane.gradient_checkpointing:   # the heap's layer by layer (allocator)
+        allocator.layer_trims(model.get_decoder().layers, trims)
     packed = not pairs and spec.train.packing and spec.train.attention == "per_record"
     if packed:   # attention per packed record (no b·s² mask), where the model allows it
         from mens.train.attention import use_packed_attention
@@ -137,7 +141,7 @@ def train_run(spec, plan, out_dir: Path, resume: bool = False,
     module = MensModule(model, spec, data.position, data.planned_steps(), ref)
     # loading, the base evaluation and (on resume) the checkpoint restore stay outside the window
     opener = window_opener(meter, allocator.trim if spec.train.heap == "fixed" else None)
-    callbacks = [opener, *hooks.callbacks, *([trims] if trims else [])]
+    callbacks = [opener, *hooks.callbacks, *([allocator.step_trim(trims)] if trims else [])]
     trainer, _ = build_trainer(spec, plan, run.path, tel, data, trainable,
                                extra_callbacks=callbacks, job_type=job_type,
                                eval_sets=loop_sets(sets), meter=meter)
@@ -198,7 +202,7 @@ def _fit_and_finish(trainer, module, data, model, tokenizer, spec, plan, run, te
     # steps (from the first step's start: set-up and the ranks' start excluded)
     summary.update(world_size=size, strategy=strategy, train_tokens=tokens,
                    tokens_per_sec=round(tokens / secs, 1) if secs > 0 else None)
-    if trims:   # what the heap trims cost (mens.train.allocator.step_trim)
+    if trims:   # what the heap trims cost (mens.train.allocator)
         summary.update(heap_trims=trims.counts["heap_trims"],
                        heap_trim_s=round(trims.counts["heap_trim_s"], 3))
     tel.emit("TRAIN_COMPLETE", **summary)
