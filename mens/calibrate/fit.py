@@ -6,6 +6,7 @@ record's architecture and shape), grouped into the terms records can tell apart:
   params        weights + trainable + gradients + optimizer  — moves with the rung only
   activations   saved activations (heap-sized tensors on CPU) — b·s·(L·dims), b·s²
   large_activations  those of ≥ 32 MiB tensors (mmapped on CPU) — rarely in a fit: then kept at 1
+  checkpoints   each layer's input under checkpointing        — b·s·L·h
   logits        logits + fp32 loss copies                    — b·s·vocab
   packing_mask  the 4-D bool mask                            — b·s²
   retention     what the allocator keeps (CPU: ckpt recompute, QLoRA dequant)

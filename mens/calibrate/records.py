@@ -17,6 +17,7 @@ MiB = 2**20
 BIG = 512 * MiB         # relative errors count from here; below, errors are absolute
 TERMS = {"params": ("weights", "trainable", "gradients", "optimizer"),
          "activations": ("activations",), "large_activations": ("large_activations",),
+         "checkpoints": ("checkpoints",),
          "logits": ("logits",),
          "packing_mask": ("packing_mask",), "retention": ("retention",),
          "overhead": ("overhead",)}

@@ -220,21 +220,23 @@ def components(arch: Arch, lane: LaneModel, shape: Shape, backend: str,
         copies = m["mask_copies"].get(backend, 1)
         for j, v in enumerate(cut(b * s * s * wb, copies * wb * b * s * s)):
             layer[j] += v
-    if shape.checkpointing:                    # layer inputs, + one layer's set in recompute
-        inputs = cut(b * s * h * wb, L * s * b * m["ckpt_hidden"] * h * wb)
-        act = [inputs[0] + layer[0], inputs[1] + layer[1]]
-    else:
-        act = [L * layer[0], L * layer[1]]
+    # checkpointing keeps each layer's input (its own term: it grows with the layer count,
+    # the recomputed set does not) and recomputes one layer's set at a time
+    checkpoints = L * s * b * m["ckpt_hidden"] * h * wb if shape.checkpointing else 0
+    act = list(layer) if shape.checkpointing else [L * layer[0], L * layer[1]]
     for j, v in enumerate(cut(b * s * h * wb, s * b * h * m["outer_act_bytes"][pc][role])):
         act[j] += v
 
     # --- what the allocator keeps after tensors are freed (glibc's heap on CPU) --------------
+    # Under train.heap=fixed with checkpointing the heap is trimmed between layers
+    # (mens.train.allocator.layer_trims): what it keeps is one layer's, not L layers'.
     ret = m["retention"][backend]
+    kept = 1 if fixed_heap and shape.checkpointing else L
     retention = 0
-    if role == "adapter" and shape.checkpointing:   # recomputed sets, fragmented by new grads
-        retention += ret["ckpt_recompute"] * L * layer[0]
+    if role == "adapter" and shape.checkpointing and not fixed_heap:   # recomputed sets,
+        retention += ret["ckpt_recompute"] * L * layer[0]                # fragmented by grads
     if lane.kind == "qlora":                        # each 4-bit linear dequantized per pass
-        retention += ret["dequant"] * L * sum(
+        retention += ret["dequant"] * kept * sum(
             cut(a * o * wb, a * o * wb)[0] for a, o in arch.linear_shapes().values())
 
     comm = 0
@@ -257,6 +259,7 @@ def components(arch: Arch, lane: LaneModel, shape: Shape, backend: str,
         # the heap-sized tensors: mmapped ones go back to the system when freed.
         "activations": int(act[0] + act[1]) if fixed_heap else int(act[0]),
         "large_activations": 0 if fixed_heap else int(act[1]),
+        "checkpoints": int(checkpoints),
         "logits": logits_bytes(arch, b * s, wb, m, paths["loss"]),
         "packing_mask": int(b * s * s * m["packing_mask_bytes"]) if masked else 0,
         "retention": int(retention),

@@ -22,6 +22,7 @@ WHAT = {
     "optimizer": "optimizer state (+ AdamW's step transient)",
     "activations": "saved activations",
     "large_activations": "saved activations in mmapped tensors (CPU: ≥ the mmap threshold)",
+    "checkpoints": "each layer's input, kept for the recompute (checkpointing)",
     "logits": "logits + fp32 loss copies",
     "packing_mask": "4-D packing mask",
     "retention": "freed memory the allocator keeps (CPU heap)",

@@ -114,7 +114,9 @@ def test_contract_activation_bytes_are_what_autograd_keeps(kind, precision):
     c = load_contract()
     for arch in (Arch(256, 768, 3, 4, 2, 64, 4096, True),
                  Arch(512, 768, 2, 8, 2, 64, 4096, True)):   # the per-dimension rates extrapolate
-        comps = components(arch, LaneModel(kind, precision), Shape(s, b, False, True), "cpu", c)
+        # counted on the 4-D mask path with full logits (meter.saved_bytes builds that batch)
+        comps = components(arch, LaneModel(kind, precision), Shape(s, b, False, True), "cpu", c,
+                           {"attention": "block_mask", "loss": "full_logits", "heap": "default"})
         saved_loss = b * s * arch.vocab * 4              # log_softmax's fp32 output
         # autocast's 16-bit weight copies ride with the trainable weights (4 B + 2 B each)
         copies = comps["trainable"] // 6 * 2 if precision != "fp32" else 0

@@ -13,14 +13,16 @@ import pytest
 from mens.calibrate.fit import (Underdetermined, collect, fit, fit_cell, record_components,
                                 repeat_noise, term_columns)
 from mens.calibrate.refit import write_contract
-from mens.plan.memory import CONTRACT_PATH, Arch, LaneModel, load_contract, usable_cell
+from mens.plan.memory import (CONTRACT_PATH, Arch, LaneModel, contract_paths, load_contract,
+                              usable_cell)
 
 ROOT = Path(__file__).resolve().parents[2]
 RECORDS = ROOT / "calibration" / "cpu.jsonl"
 TINY = Arch(256, 768, 4, 4, 2, 64, 4096, True)
 Q06 = Arch(1024, 3072, 28, 16, 8, 128, 151936, True)
 Q06_L8 = replace(Q06, layers=8)
-TRUE = {"params": 1.05, "activations": 1.6, "large_activations": 1.0, "logits": 1.1,
+TRUE = {"params": 1.05, "activations": 1.6, "large_activations": 1.0, "checkpoints": 1.0,
+        "logits": 1.1,
         "packing_mask": 1.0, "retention": 1.0,
         "overhead": 0.5}
 
@@ -36,7 +38,8 @@ def record(arch: Arch, rung: str, kind="lora", ckpt=False, s=256, b=1, measured=
          "lane": asdict(lane), "checkpointing": ckpt, "precision": "fp32",
          "rung": {"name": rung, "init": "random"}, "arch": asdict(arch),
          "params": arch.params()["total"], "seq_len": s, "micro_batch": b, "packing": True,
-         "host": {"hostname": "test"}, "versions": {}, **extra}
+         "paths": contract_paths(load_contract()), "host": {"hostname": "test"}, "versions": {},
+         **extra}
     if measured is None:
         cols = term_columns(record_components(r, load_contract()))
         measured = sum(TRUE[t] * v for t, v in cols.items()) * (1 + rng.gauss(0, noise))
@@ -214,15 +217,16 @@ def test_committed_held_out_records():
 
 
 def test_records_of_other_training_paths_are_counted_never_fitted():
-    """A record measured with train.attention=per_record (issue #13) cannot fit or test cells
-    fitted on the contract's paths: it is excluded, with the paths named."""
+    """A record measured on other training paths than the contract's (here the 4-D mask, full
+    logits and glibc's own heap, the paths before issue #13; a record without `paths` predates
+    them) cannot fit or test its cells: it is excluded, with the paths named."""
     recs = grid()
-    lean = record(Q06, "0.6b", s=1024)
-    lean["id"] += "-lean"
-    lean["paths"] = {"attention": "per_record", "loss": "chunked", "heap": "fixed"}
-    result = fit(recs + [lean], load_contract())
-    (x,) = [x for x in result["excluded"] if x["id"] == lean["id"]]
-    assert "other training paths" in x["reason"] and "attention=per_record" in x["reason"]
+    classic = record(Q06, "0.6b", s=1024)
+    classic["id"] += "-classic"
+    del classic["paths"]
+    result = fit(recs + [classic], load_contract())
+    (x,) = [x for x in result["excluded"] if x["id"] == classic["id"]]
+    assert "other training paths" in x["reason"] and "attention=block_mask" in x["reason"]
     assert len(result["cells"]["cpu/lora/nockpt/fp32"]["records"]) == len(recs)
 
 

@@ -40,7 +40,7 @@ def test_every_way_out_fits_when_applied(compile_run):
 
 def test_refusal_names_checkpointing_and_memory(compile_run):
     _, p = compile_run("+hw=rtx4090", "+rung=1.7b", "lane=lora",
-                       "lane.gradient_checkpointing=false", "train.seq_len=4096")
+                       "lane.gradient_checkpointing=false", "train.seq_len=16384")
     assert not p.fits
     assert p.ways_out[0].startswith("turn on gradient checkpointing")
     assert any("hw.memory_gb=" in w for w in p.ways_out)
@@ -126,9 +126,13 @@ def test_model_moves_the_right_way():
     assert peak(checkpointing=True) < peak()
     assert peak(lane=LaneModel("qlora", "bf16")) < peak()
     assert peak(lane=LaneModel("full", "bf16")) > peak()
-    # logits dominate a small model's step at long sequences (b·s·vocab in fp32)
-    comps = components(arch, lora, Shape(4096, 4, True, True), "cuda", c)
+    # on the classic paths logits dominate a small model's step at long sequences (b·s·vocab
+    # in fp32); the chunked loss holds one chunk of them
+    classic = {"attention": "block_mask", "loss": "full_logits", "heap": "default"}
+    comps = components(arch, lora, Shape(4096, 4, True, True), "cuda", c, classic)
     assert comps["logits"] == max(comps.values())
+    lean = components(arch, lora, Shape(4096, 4, True, True), "cuda", c)
+    assert lean["logits"] < comps["logits"] / 10 and lean["packing_mask"] == 0 < comps["packing_mask"]
     # nf4 keeps embeddings/lm_head 16-bit: Qwen3-8B's untied 1.24B embedding+head params
     # stay at 2 B, so its weights shrink ~2.7x, not 4x
     arch8 = Arch(4096, 12288, 36, 32, 8, 128, 151936, False)
