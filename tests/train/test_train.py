@@ -45,7 +45,12 @@ def test_lora_run_leaves_a_complete_run_dir(compile_run, tmp_path):
     assert steps[-1]["gpu_util_pct"] is None and steps[-1]["gpu_vram_used_mb"] is None  # no GPU
     # the training window's reading each step: what the plan's peak predicts (like for like)
     window = [s["window_peak_mb"] for s in steps]
-    assert all(w is not None and w > 0 for w in window) and window == sorted(window)
+    assert all(w is not None and w > 0 for w in window)
+    # a high-water mark: it only grows — but VmHWM reads max(stored mark, current RSS), and the
+    # kernel can reclaim file-backed pages (mapped libraries, weights) without updating the
+    # mark, so under memory pressure a later reading can sit ~0.1 MB lower (seen: 210.4 → 210.3)
+    assert all(b >= a - 1.0 for a, b in zip(window, window[1:])), window
+    assert window[-1] >= window[0]
     assert window[-1] <= steps[-1]["peak_mem_mb"]
     assert {"CHECKPOINT", "EVAL", "CURRICULUM", "DATA"} <= set(events)
     from peft import PeftModel
