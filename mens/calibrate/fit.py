@@ -5,7 +5,8 @@ squares as a sum of the analytic model's components (mens/memory.py, recomputed 
 record's architecture and shape), grouped into the terms records can tell apart:
   params        weights + trainable + gradients + optimizer  — moves with the rung only
   activations   saved activations (heap-sized tensors on CPU) — b·s·(L·dims), b·s²
-  large_activations  those of ≥ 32 MiB tensors (mmapped on CPU) — rarely in a fit: then kept at 1
+  large_activations  those of mmapped tensors (CPU; under train.heap=fixed the whole set once
+                the (b·s, h) tensors reach 8 MiB) — rarely in a fit: then kept at 1
   checkpoints   each layer's input under checkpointing        — b·s·L·h
   logits        logits + fp32 loss copies                    — b·s·vocab
   packing_mask  the 4-D bool mask                            — b·s²
