@@ -1,6 +1,6 @@
 """A real OpenAI-compatible HTTP server on 127.0.0.1 that replays teacher answers from a fixture.
 
-    with replay_server("tests/teacher/fixtures/replies.json", api_key="k") as srv:
+    with replay_server("tests/synth/teacher/fixtures/replies.json", api_key="k") as srv:
         client = OpenAI(base_url=srv.base_url, api_key="k")
         ...
         srv.requests        # every request received: {"path", "model", "body", "authorized"}

@@ -4,8 +4,8 @@ Every import counts: module level and inside functions, methods and classes; `im
 `from a import b` (relative ones resolved), `importlib.import_module("literal")`. Only the body
 of an `if TYPE_CHECKING:` block is skipped (it never runs). The rules:
 
-1. Config and planning stay light: mens.config.*, mens.plan.*, mens.errors, mens.rundir and
-   mens.resources import none of HEAVY (torch, transformers, ...), not even in a function, except
+1. Config and planning stay light: mens.config.*, mens.plan.*, mens.source.*, mens.run.*,
+   mens.errors and mens.resources import none of HEAVY (torch, transformers, ...), not even in a function, except
    the device probe mens.plan.detect, which may import torch lazily, and mens.data.sources,
    which may import `datasets` lazily (for `data=hf`; it imports no torch). Transitively too: no light
    module imports a mens module that loads HEAVY at any depth (importing mens.a.b also runs
@@ -17,6 +17,10 @@ of an `if TYPE_CHECKING:` block is skipped (it never runs). The rules:
    through a module bound by an import, no private module mens.x._impl from outside mens.x.
 5. mens/errors.py imports nothing from mens.
 6. No import cycles among mens modules (module- and function-level imports are both edges).
+7. The package order (ORDER): a package imports only packages on its own level or below, never
+   one above it; every package has a level; and packages do not import each other in a cycle,
+   even through modules that are not themselves in a cycle. The entry shims (__main__.py files,
+   mens/fit.py) stand outside the order.
 
 Each rule is a plain function of the graph `collect_imports` builds; the self-tests at the end
 run the same functions on a fake tree that breaks every rule.
@@ -32,7 +36,7 @@ import pytest
 PKG, ROOT = "mens", Path(__file__).resolve().parent.parent
 HEAVY = {"torch", "transformers", "lightning", "peft", "bitsandbytes", "safetensors",
          "accelerate", "datasets"}
-LIGHT = ("mens.config", "mens.plan", "mens.errors", "mens.rundir", "mens.resources")
+LIGHT = ("mens.config", "mens.plan", "mens.errors", "mens.run", "mens.resources", "mens.source")
 # Lazy imports a light module's chain may make, and why: the device probe may import torch;
 # `data=hf` must read the dataset before planning (`datasets` imports no torch/transformers).
 PROBES = {"mens.plan.detect": {"torch"}, "mens.data.sources": {"datasets"}}
@@ -179,7 +183,7 @@ def heavy_reasons(g: Graph) -> dict[str, str]:
 
 
 def violations_light(g: Graph) -> list[str]:
-    """config/plan/errors/rundir/resources must not load heavy ML packages, directly or through
+    """config/plan/source/run/errors/resources must not load heavy ML packages, directly or through
     another mens module (a chain of light modules is reported where it leaves the light set)"""
     why, out = heavy_reasons(g), []
     for mod in (m for m in g.modules if any(_within(m, p) for p in LIGHT)):
@@ -224,6 +228,66 @@ def violations_errors(g: Graph) -> list[str]:
     return [str(i) for i in g.imports.get("mens.errors", []) if _within(i.target, PKG)]
 
 
+# The package order, lowest first: data flows up this list (a run dir is read by everyone; a model
+# comes from source; data is read before synthesis curates it; the plan reads both; stages above).
+ORDER = (("errors", "resources", "run"), ("config",), ("source",), ("data",), ("synth",),
+         ("plan",), ("model",), ("train", "export", "serve", "calibrate", "cloud"),
+         ("compare", "eval"), ("gate",), ("recommend",), ("ladder",), ("afk",), ("studio",),
+         ("cli",))
+LEVEL = {pkg: i for i, level in enumerate(ORDER) for pkg in level}
+
+
+def package(mod: str) -> str:
+    """mens.plan.spec -> plan; mens.errors -> errors; mens -> mens"""
+    return mod.split(".")[1] if "." in mod else mod
+
+
+def _shim(g: Graph, mod: str) -> bool:
+    return mod == f"{PKG}.fit" or g.modules[mod].endswith("/__main__.py") or mod == PKG
+
+
+def _package_edges(g: Graph) -> dict[str, dict[str, Imp]]:
+    """package -> {package it imports: the first import making that edge}, shims left out"""
+    edges: dict[str, dict[str, Imp]] = {}
+    for mod in sorted(g.modules):
+        if not _shim(g, mod):
+            for imp, dep in _internal(g, mod):
+                if package(dep) != package(mod) and dep != PKG:
+                    edges.setdefault(package(mod), {}).setdefault(package(dep), imp)
+    return edges
+
+
+def violations_order(g: Graph) -> list[str]:
+    """a package imports only packages on its level of ORDER or below, has a level, and no two
+    packages import each other in a cycle"""
+    out = [f"{g.modules[m]}: package {package(m)!r} has no level in ORDER (place it there)"
+           for m in sorted(g.modules) if not _shim(g, m) and package(m) not in LEVEL
+           and m == f"{PKG}.{package(m)}"]
+    for mod in sorted(g.modules):
+        if _shim(g, mod) or package(mod) not in LEVEL:
+            continue
+        out += [f"{imp}  [{package(mod)} (level {LEVEL[package(mod)]}) imports "
+                f"{package(dep)} (level {LEVEL[package(dep)]})]" for imp, dep in _internal(g, mod)
+                if LEVEL.get(package(dep), -1) > LEVEL[package(mod)]]
+    edges, seen = _package_edges(g), set()
+    for start in sorted(edges):        # a shortest package cycle through each package
+        paths, frontier, cycle = {start: [start]}, [start], None
+        while frontier and not cycle:
+            frontier, nxt = [], frontier
+            for p in nxt:
+                for d in sorted(edges.get(p, {})):
+                    if d == start:
+                        cycle = cycle or paths[p] + [start]
+                    elif d not in paths:
+                        paths[d] = paths[p] + [d]
+                        frontier.append(d)
+        if cycle and frozenset(cycle) not in seen:
+            seen.add(frozenset(cycle))
+            out.append("package cycle: " + " -> ".join(
+                [start] + [f"{b} ({edges[a][b]})" for a, b in zip(cycle, cycle[1:])]))
+    return out
+
+
 def violations_cycles(g: Graph) -> list[str]:
     """mens modules must not import each other in a cycle"""
     edges = {m: {} for m in g.modules}   # module -> {dependency: the first import making it}
@@ -250,7 +314,8 @@ def violations_cycles(g: Graph) -> list[str]:
 
 
 RULES = {"light": violations_light, "cli": violations_cli, "stages": violations_stages,
-         "private": violations_private, "errors": violations_errors, "cycles": violations_cycles}
+         "private": violations_private, "errors": violations_errors, "cycles": violations_cycles,
+         "order": violations_order}
 
 
 @pytest.fixture(scope="module")
@@ -276,11 +341,18 @@ def test_serve_and_export_never_import_train(real_graph): _check(violations_stag
 def test_no_private_names_across_modules(real_graph): _check(violations_private, real_graph)
 def test_errors_imports_nothing_from_mens(real_graph): _check(violations_errors, real_graph)
 def test_no_import_cycles(real_graph): _check(violations_cycles, real_graph)
+def test_packages_keep_their_order(real_graph): _check(violations_order, real_graph)
+
+
+def test_every_package_has_a_level(real_graph):
+    packages = {package(m) for m in real_graph.modules if "." in m and
+                real_graph.modules[m].endswith("__init__.py")}
+    assert packages <= set(LEVEL), f"packages without a level in ORDER: {packages - set(LEVEL)}"
 
 
 # ---- the rules can fail: the same functions on a fake tree that breaks each one ------------
 FAKE = {   # file under mens/ -> its text (every folder gets an __init__.py)
-    "errors.py": "from mens import rundir\n", "rundir.py": "", "train/run.py": "",
+    "errors.py": "from mens.run import rundir\n", "run/rundir.py": "", "train/run.py": "",
     "__main__.py": "from mens.cli.app import main\n",                         # shim: allowed
     "cli/app.py": "from mens.plan import bad\n",
     "plan/bad.py": "def f():\n    import torch\n",
@@ -296,6 +368,13 @@ FAKE = {   # file under mens/ -> its text (every folder gets an __init__.py)
     "data/b.py": "def f():\n    from mens.data.a import g\n",
     "data/c.py": "from mens.model.load import _cache\nimport mens.model.load as ml\n"
                  "ml._state.clear()\nfrom mens.serve._impl import y\n",
+    # order: source reaching up into plan; gate <-> serve (serve may not import gate: a package
+    # cycle through modules that are no module cycle); a package with no level
+    "source/up.py": "def f():\n    from mens.plan.bad import f\n",
+    "serve/slots.py": "from mens.gate.receipt import ok\n",
+    "gate/receipt.py": "ok = 1\n",
+    "gate/run.py": "from mens.serve.y import y\n",
+    "nowhere/m.py": "",
 }
 EXPECTED = {   # rule -> (what it must report, what it must not)
     "light": (["mens/plan/bad.py:2: import torch  [lazy import of torch]",
@@ -306,9 +385,17 @@ EXPECTED = {   # rule -> (what it must report, what it must not)
     "private": (["mens/data/c.py:1: from mens.model.load import _cache",
                  "mens/data/c.py:3: ml._state.clear  (= mens.model.load._state.clear)",
                  "mens/data/c.py:4: from mens.serve._impl import y"], ["serve/y.py", "__init__"]),
-    "errors": (["mens/errors.py:1: from mens import rundir"], []),
+    "errors": (["mens/errors.py:1: from mens.run import rundir"], []),
     "cycles": (["mens.data.a -> mens.data.b (mens/data/a.py:1) -> mens.data.a (mens/data/b.py:2)"],
                ["mens.serve"]),
+    "order": (["mens/source/up.py:2: from mens.plan.bad import f  [source (level 2) imports plan "
+               "(level 5)]",
+               "mens/serve/slots.py:1: from mens.gate.receipt import ok  [serve (level 7) imports "
+               "gate (level 9)]",
+               "package cycle: gate -> serve (mens/gate/run.py:1: from mens.serve.y import y) -> "
+               "gate (mens/serve/slots.py:1: from mens.gate.receipt import ok)",
+               "mens/nowhere/__init__.py: package 'nowhere' has no level in ORDER (place it there)"],
+              ["mens/__main__.py", "cli/app.py"]),
 }
 
 

@@ -14,7 +14,7 @@ source and split drawn from random.Random("<seed>/<spoke>/<source>/<split>"), so
 spoke's templates leaves the other spokes' training files unchanged. `--spoke` still generates
 every spoke's training split (eval is decontaminated against all of them) and writes only the
 named ones. Templates check their own claims and fail loudly (stated outputs are computed by
-running the code; Vox diagnostics come from mens.data.vox; with cargo/jq present, quoted rustc error
+running the code; Vox diagnostics come from mens.synth.vox; with cargo/jq present, quoted rustc error
 codes and jq outputs are confirmed). Every record then goes through its spoke's admission check
 (mens/admission.py): a failure is dropped and counted, a check whose tool is missing here (no
 cargo) leaves `verified: null`, counted as unverified.
@@ -43,7 +43,7 @@ sys.path[:0] = [str(ROOT), str(Path(__file__).resolve().parent)]
 
 from corpus_templates import agent, mcp, mesh, rust, shell, skills, speech, vox  # noqa: E402
 from corpus_templates.common import Ctx  # noqa: E402
-from mens.data.admission import check_all  # noqa: E402
+from mens.synth.admission import check_all  # noqa: E402
 from mens.data.corpus import render  # noqa: E402
 
 SEED = "mens-corpus-v1"

@@ -23,7 +23,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from mens.errors import EXIT_REFUSED, MensError
-from mens.rundir import atomic_write
+from mens.run.rundir import atomic_write
 
 STATES = ("pending", "running", "done", "failed", "paused")
 OPEN = ("running", "paused", "pending")      # still to do; an interrupted item goes first

@@ -16,7 +16,7 @@ from pathlib import Path
 from mens.afk import cells
 from mens.afk.child import last_error, python_m, run_child
 from mens.errors import EXIT_INTERRUPTED, EXIT_OK, MensError
-from mens.rundir import RunDir
+from mens.run.rundir import RunDir
 
 GiB = 1024 ** 3
 
@@ -35,7 +35,7 @@ def fail(item: dict, reason: str, step: str, code: int | None = None) -> Stop:
 def base(item: dict, afk) -> object:
     """Compile the cell for training (weights located, or scheduled for download when
     rung.download allows and the hub is reachable), then fetch them. Returns the spec."""
-    from mens.plan.model_source import ensure_weights
+    from mens.source.resolve import ensure_weights
     from mens.plan.spec import compile_run
 
     try:
@@ -142,7 +142,7 @@ def gate(item: dict, afk, cfg, stop, log: Path, limit: int | None) -> bool | Non
               file=sys.stderr)
         item["steps"]["gate"] = {"skipped": "mens.gate is not installed"}
         return None
-    from mens.gate.receipt import receipt_status
+    from mens.run.receipt import receipt_status
 
     run = item["run_dir"]
     status, why = receipt_status(run)

@@ -37,7 +37,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from mens.rundir import RunDir, atomic_write
+from mens.run.rundir import RunDir, atomic_write
 from mens.errors import EXIT_FAILED, EXIT_OK
 from mens.train.strategy import RUN_DIR_ENV
 

@@ -11,7 +11,7 @@ from mens.calibrate.records import collect, resolve
 from mens.errors import EXIT_CONFIG, EXIT_FAILED, EXIT_OK, ConfigError
 from mens.plan.memory import load_contract
 from mens.resources import CONTRACT, SOURCE_CHECKOUT
-from mens.rundir import atomic_write
+from mens.run.rundir import atomic_write
 
 
 def write_contract(path: Path, cells: dict) -> None:

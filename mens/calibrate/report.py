@@ -14,7 +14,7 @@ from mens.calibrate.records import (BIG, MiB, collect, one_device_key, record_co
                                     resolve)
 from mens.plan.memory import MIN_UNCALIBRATED_MARGIN, load_contract, predict, usable_cell
 from mens.calibrate.rules import RULES
-from mens.rundir import atomic_write
+from mens.run.rundir import atomic_write
 
 ACCEPT = {"median_pct": 5.0, "max_pct": 10.0, "small_mib": 64.0}
 

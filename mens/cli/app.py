@@ -20,7 +20,7 @@ from hydra.experimental.callback import Callback
 from mens.config.explain import explain
 from mens.errors import (EXIT_CONFIG, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_REFUSED,
                          Interrupted, MensError, RunFailed)
-from mens.rundir import RunDir
+from mens.run.rundir import RunDir
 
 _sweep_codes: list[int] = []
 _run_code: list[int] = []   # hydra.main drops the task's return value; keep it here

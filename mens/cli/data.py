@@ -1,9 +1,9 @@
 """`mens data SUBCOMMAND [overrides]` / `python -m mens.data …`:
 
     inspect                      the data report (mens.data.inspect) — read only
-    tree expand|prune|add|regen  the dataset's topic tree (mens.data.tree)
-    synth                        leaf-conditioned synthesis by a teacher (mens.data.synth)
-    curate ACTION                list / rate / tag / untag / edit / clean (mens.data.curate)
+    tree expand|prune|add|regen  the dataset's topic tree (mens.synth.tree)
+    synth                        leaf-conditioned synthesis by a teacher (mens.synth.synth)
+    curate ACTION                list / rate / tag / untag / edit / clean (mens.synth.curate)
 
 Every subcommand takes the same Hydra overrides (`spoke=…`, `teacher=…`, `synth.out=DIR`, …)."""
 from __future__ import annotations
@@ -46,10 +46,10 @@ def main(argv: list[str] | None = None) -> int:
         elif sub == "tree":
             tree_command(cfg, action)
         elif sub == "synth":
-            from mens.data.synth import synth
+            from mens.synth.synth import synth
             synth(cfg)
         else:
-            from mens.data.curate import curate
+            from mens.synth.curate import curate
             curate(cfg, action)
     except MensError as e:
         print(f"mens: error (exit {e.code}): {e.message}", file=sys.stderr)
@@ -58,10 +58,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def tree_command(cfg, action: str) -> dict:
-    """expand / prune / add / regen on DIR/tree.yaml (mens.data.tree)."""
-    from mens.data.dataset import dataset_dir
-    from mens.data.synth import system_prompt
-    from mens.data.tree import expand, open_tree
+    """expand / prune / add / regen on DIR/tree.yaml (mens.synth.tree)."""
+    from mens.synth.dataset import dataset_dir
+    from mens.synth.synth import system_prompt
+    from mens.synth.tree import expand, open_tree
     from mens.errors import ConfigError
 
     t = cfg.tree
@@ -87,7 +87,7 @@ def tree_command(cfg, action: str) -> dict:
                               key="tree.label")
         result = {"added": child.id}
     if action in ("expand", "regen"):
-        from mens.teacher import Ledger, Teacher
+        from mens.synth.teacher import Ledger, Teacher
         if action == "regen":
             node.children.clear()
         ledger = Ledger()
@@ -97,7 +97,7 @@ def tree_command(cfg, action: str) -> dict:
             result = expand(tree, teacher, depth, t.branching, system_prompt(cfg.spoke),
                             only=None if node is tree.root else node)
         finally:
-            from mens.data.dataset import write_stats
+            from mens.synth.dataset import write_stats
             write_stats(tree.path.parent, None, None, cfg, tree_teacher=ledger.as_dict())
     tree.save()
     leaves = tree.leaves()

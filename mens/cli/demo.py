@@ -15,7 +15,7 @@ import urllib.request
 from pathlib import Path
 
 from mens.errors import EXIT_FAILED, EXIT_OK, RunFailed
-from mens.rundir import RunDir
+from mens.run.rundir import RunDir
 
 PROMPTS, MAX_TOKENS = 3, 48
 

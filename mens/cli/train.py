@@ -41,7 +41,7 @@ def _data_changes(spec, source: str, out_dir: Path, write: bool):
 
     from mens.data.select import lock_changes
     from mens.plan.output import write_spec
-    from mens.rundir import RunDir
+    from mens.run.rundir import RunDir
 
     said = lock_changes(RunDir(source).read_spec().get("data_lock") or [], spec.data_lock)
     for line in said:

@@ -207,7 +207,7 @@ def refresh(sky_dir: Path | str, out: Path | str, today: str | None = None) -> d
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(COLUMNS)
     w.writerows(sorted(best.values(), key=lambda r: (r[0], r[1], r[2])))
-    from mens.rundir import atomic_write
+    from mens.run.rundir import atomic_write
     atomic_write(out, buf.getvalue())
     return {"offers": len(best), "read": read, "skipped_no_tier": skipped, "out": str(out)}
 

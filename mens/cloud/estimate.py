@@ -248,7 +248,7 @@ def _short(reason: str) -> str:
 
 def estimate_run(cfg: DictConfig, out_dir: Path) -> dict:
     """`mens cloud estimate`: compute, print, write estimate.json into the run dir."""
-    from mens.rundir import RunDir
+    from mens.run.rundir import RunDir
 
     result = estimate(cfg)
     RunDir(out_dir).write_json(ESTIMATE, result)

@@ -25,7 +25,7 @@ from omegaconf import DictConfig
 
 from mens.cloud.catalog import TIER_OF, Offer, catalog_path, find, load, select
 from mens.errors import ConfigError, EXIT_OK, PlanRefused
-from mens.rundir import RunDir
+from mens.run.rundir import RunDir
 
 SKY_YAML = "sky.yaml"
 REMOTE_RUN = "~/mens/run"          # the run dir (spec.yaml) on the remote machine

@@ -162,7 +162,7 @@ def render_md(r: dict) -> str:
 
 
 def recommend_run(cfg: DictConfig, out_dir: Path) -> dict:
-    from mens.rundir import RunDir
+    from mens.run.rundir import RunDir
 
     r = recommend(cfg)
     run = RunDir(out_dir)

@@ -22,11 +22,11 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from mens.errors import EXIT_OK, ConfigError
-from mens.rundir import RunDir
+from mens.run.rundir import RunDir
 
 
 def task(cfg: DictConfig, out_dir: Path) -> int:
-    from mens.rundir import atomic_write
+    from mens.run.rundir import atomic_write
 
     from mens.compare.lineage import log_compare
 

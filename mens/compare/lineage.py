@@ -10,7 +10,7 @@ from pathlib import Path
 
 from mens.config.schema import DEFAULT_WANDB_PROJECT
 from mens.export.lineage import trained_run_id
-from mens.rundir import RunDir
+from mens.run.rundir import RunDir
 
 TABLE = ("final_loss", "eval_loss_base", "eval_loss_adapter", "tokens_per_sec",
          "predicted_peak_bytes", "measured_peak_bytes", "duration_s")

@@ -321,7 +321,7 @@ class RecommendConfig:
     lanes: List[str] = field(default_factory=lambda: ["lora", "qlora", "full"])
 
 
-# --- teachers for the data studio (issue #15): `teacher=` group, mens.teacher.routing
+# --- teachers for the data studio (issue #15): `teacher=` group, mens.synth.teacher.routing
 TEACHER_CAPABILITIES = ("json_schema",)   # json_schema: honours response_format's json_schema
 # the shipped conf/teacher options, and `custom` for a user's own file with `candidates:`
 TEACHER_TIERS = ("free", "efficient", "balanced", "genius", "auto", "endpoint", "local", "custom")
@@ -358,13 +358,13 @@ class TeacherConfig:
     max_tokens: int = 4096           # per reply
 
 
-# Prompt strategies of `mens data synth` (mens.data.synth)
+# Prompt strategies of `mens data synth` (mens.synth.synth)
 SYNTH_STRATEGIES = ("zero_shot", "few_shot_seed", "cot_distill", "oracle_repair")
 
 
 @dataclass
 class TreeConfig:
-    """`mens data tree expand|prune|add|regen` (mens.data.tree): the dataset's tree.yaml."""
+    """`mens data tree expand|prune|add|regen` (mens.synth.tree): the dataset's tree.yaml."""
     depth: int = 3                   # expand: levels below the root
     branching: int = 4               # expand: subtopics asked for per node
     node: Optional[str] = None       # prune / add / regen: the node id it acts on
@@ -374,7 +374,7 @@ class TreeConfig:
 
 @dataclass
 class SynthConfig:
-    """`mens data synth` (mens.data.synth): leaf-conditioned synthesis into a dataset dir."""
+    """`mens data synth` (mens.synth.synth): leaf-conditioned synthesis into a dataset dir."""
     out: Optional[str] = None        # the dataset dir; null: datasets/<spoke>
     per_leaf: int = 8                # samples asked for per leaf
     strategy: str = "zero_shot"      # SYNTH_STRATEGIES
@@ -388,7 +388,7 @@ class SynthConfig:
 
 @dataclass
 class CurateConfig:
-    """`mens data curate list|rate|tag|untag|edit|clean` (mens.data.curate)."""
+    """`mens data curate list|rate|tag|untag|edit|clean` (mens.synth.curate)."""
     topic: Optional[str] = None      # filter: topic path prefix (`loops` or `shell/loops`)
     tag: Optional[str] = None        # filter: records with this tag
     verdict: Optional[str] = None    # filter: passed | repaired | unverified
@@ -463,7 +463,7 @@ class MensConfig:
     rerun: Optional[str] = None      # a run dir: re-launch from its spec.yaml (new run dir)
     resume: Optional[str] = None     # a run dir: continue it from its last checkpoint
     logger: LoggerConfig = MISSING   # the `logger` group (default: wandb)
-    teacher: TeacherConfig = MISSING   # the `teacher` group (default: auto), mens.teacher
+    teacher: TeacherConfig = MISSING   # the `teacher` group (default: auto), mens.synth.teacher
     run: Optional[str] = None        # a finished run dir: what export / serve / compare read
     export: ExportConfig = field(default_factory=ExportConfig)
     serve: ServeConfig = field(default_factory=ServeConfig)

@@ -69,7 +69,7 @@ def lengths(dataset, encoder) -> dict:
     out = {"train": measure_records(dataset.train, encoder),
            "eval": measure_records(dataset.eval, encoder)}
     path.parent.mkdir(parents=True, exist_ok=True)
-    from mens.rundir import atomic_write
+    from mens.run.rundir import atomic_write
     atomic_write(path, json.dumps(out))
     return out
 
@@ -85,7 +85,7 @@ def summary(lens: list, seq_len: int) -> dict:
 def encoder(cfg):
     """The run's RunEncoder from the model's files (fetched alone when allowed), or None."""
     from mens.data.encoder import RunEncoder
-    from mens.plan.model_source import meta_dir
+    from mens.source.resolve import meta_dir
 
     from mens.errors import ConfigError
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mens.data import clean
+from mens.run.hashing import sha256
 from mens.data.formats import EXPECTED, KIND, Bad, detect, normalize, rename, words
 from mens.errors import DataError
 
@@ -64,14 +65,6 @@ def expand(paths, key: str = "data.path") -> list[Path]:
                                 f"{', '.join(EXTENSIONS)}.", p, key=key)
             out.append(p)
     return out
-
-
-def sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def _decode(raw: bytes, path: Path, line: int | None) -> str:

@@ -25,7 +25,7 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from mens.errors import EXIT_OK, ConfigError, RunFailed
-from mens.rundir import RunDir, atomic_write
+from mens.run.rundir import RunDir, atomic_write
 
 DTYPES = ("auto", "bf16", "fp16", "fp32")
 KEEP = ("run=", "export.", "rung.path=", "hydra.")   # overrides export honours
@@ -228,7 +228,7 @@ def _base_identity(rc) -> dict:
         sums = (ASSETS / r.name / "SHA256SUMS").read_text().split()
         out["resolved"] = "sha256:" + sums[sums.index("model.safetensors") - 1]
     elif not r.path:
-        from mens.plan.weights import find_weights
+        from mens.source.weights import find_weights
         st = find_weights(r.repo_id, getattr(r, "commit", None) or r.revision)
         out["resolved"] = st.resolved_revision
     out["ref"] = f"{r.repo_id}@{out.get('resolved') or r.revision or 'unpinned'}"

@@ -5,7 +5,7 @@ to champion in `mens.serve`.
 
 For other stages (the AFK queue, the studio) — plain functions, no Hydra needed:
 
-    from mens.gate.receipt import promotable, read_receipt, artifact_sha256
+    from mens.run.receipt import promotable, read_receipt, artifact_sha256
     from mens.data.corpus import corpus_lock    # the spoke corpus by content
     ok, why = promotable(run_dir)          # (True, "...") or (False, the reason)  — torch-free
     receipt = read_receipt(run_dir)         # gate.json as a dict (None: never gated)

@@ -6,7 +6,7 @@ Per set (the run's own held-out split; each other spoke's `eval.jsonl`), at most
   - eval loss of the base and of the tuned model (mens.train.evaluate.eval_loss, the function
     training and mens.compare use), token-weighted over the answers;
   - greedy pass rate: each model's greedy answer (`gate.max_new_tokens`, mens.serve.generate)
-    to the record's prompt, judged by the spoke's admission oracle (mens.data.oracle,
+    to the record's prompt, judged by the spoke's admission oracle (mens.synth.oracle,
     `spoke.admission.check`) over passed / verified (an oracle whose tool is absent gives
     unverified answers, which count for neither side; a rate with none verified is null).
 Verdict (`gate.*`): the spoke's loss falls by ≥ min_improvement_pct %, its pass rate moves by
@@ -22,9 +22,9 @@ from omegaconf import DictConfig, OmegaConf
 
 from mens.errors import EXIT_OK, EXIT_REFUSED, ConfigError
 from mens.data.corpus import corpus_lock
-from mens.gate.receipt import RECEIPT, artifact_sha256
+from mens.run.receipt import RECEIPT, artifact_sha256
 from mens.resources import CORPORA
-from mens.rundir import RunDir
+from mens.run.rundir import RunDir
 
 
 def task(cfg: DictConfig, out_dir: Path) -> int:
@@ -75,7 +75,7 @@ def _greedy(slots, slot, recs: list[dict], max_new: int) -> list[dict]:
 
 def _pass_rates(check: str | None, base: list[dict], tuned: list[dict]) -> tuple[dict, dict]:
     """Both models' answers judged in one oracle batch (one child process per spoke)."""
-    from mens.data.oracle import judge_batch
+    from mens.synth.oracle import judge_batch
 
     verdicts = judge_batch(check, base + tuned) if check and base + tuned else []
     return (_rate(verdicts[:len(base)], len(base)), _rate(verdicts[len(base):], len(tuned)))

@@ -27,16 +27,16 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from mens.data.sources import sha256
+from mens.run.hashing import sha256
 from mens.config import schema
 from mens.config.options import spokes
 from mens.errors import EXIT_OK, MensError
 from mens.data.corpus import corpus_lock
-from mens.gate.receipt import read_receipt, receipt_status
+from mens.run.receipt import read_receipt, receipt_status
 from mens.plan.memory import GiB
 from mens.plan.spec import LADDER
 from mens.resources import CORPORA, option_path
-from mens.rundir import RunDir
+from mens.run.rundir import RunDir
 
 STATES = ("TRAINED+GATED", "TRAINED·UNGATED", "STALE", "BASE_SNAPSHOT_ABSENT",
           "DOES_NOT_FIT_LOCAL", "TRAIN_NOT_RUN")
@@ -96,7 +96,7 @@ def runs_by_cell(root: Path | str) -> dict[tuple[str, str], list[Path]]:
 # --- what changed since a run -----------------------------------------------------------------
 def base_status(rung) -> tuple[bool, str | None, str]:
     """(present, the commit the cache resolves now, where looked) — no network."""
-    from mens.plan.weights import find_weights
+    from mens.source.weights import find_weights
 
     if rung.get("tokenizer_bundled"):
         return True, None, "bundled with mens"

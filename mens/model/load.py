@@ -40,7 +40,7 @@ def weights_dir(rung) -> Path:
             raise ConfigError(f"the embedded {name} rung is missing from {here}: rebuild it "
                               f"with `python tools/tiny_base.py` or reinstall mens.", key="rung")
         return here
-    from mens.plan.weights import find_weights, missing_weights_message
+    from mens.source.weights import find_weights, missing_weights_message
 
     # the commit the run resolved (spec.yaml), so a re-run loads that very snapshot
     st = find_weights(_field(rung, "repo_id"), _field(rung, "commit") or _field(rung, "revision"))
@@ -69,7 +69,7 @@ def load_tokenizer(rung, notes: list[str] | None = None):
 def _family_of(rung):
     """The family row of a model_type string, an Arch, or a rung (its `family`, qwen3 when the
     rung predates the field)."""
-    from mens.plan.families import family
+    from mens.source.families import family
     from mens.plan.memory import Arch
 
     if isinstance(rung, str):
@@ -81,7 +81,7 @@ def _dir_model_type(path: Path) -> str | None:
     """model_type of a model directory's config.json (a multimodal wrapper's text model)."""
     import json
 
-    from mens.plan.families import WRAPPERS
+    from mens.source.families import WRAPPERS
 
     try:
         mt = json.loads((path / "config.json").read_text()).get("model_type")

@@ -14,7 +14,7 @@ from typing import Mapping
 import yaml
 
 from mens.config.schema import LORA_TARGETS
-from mens.plan.families import family
+from mens.source.families import family
 from mens.resources import CONTRACT as CONTRACT_PATH
 DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
 GiB = 2**30
@@ -38,7 +38,7 @@ class Arch:
     head_dim: int        # d
     vocab: int           # V
     tied: bool
-    family: str = "qwen3"   # config.json's model_type (mens.plan.families)
+    family: str = "qwen3"   # config.json's model_type (mens.source.families)
 
     @classmethod
     def of(cls, rung) -> "Arch":

@@ -13,7 +13,7 @@ from mens.errors import PlanRefused
 from mens.plan.memory import GiB, load_contract
 from mens.plan.planner import Plan
 from mens.plan.spec import compile_run
-from mens.rundir import RunDir
+from mens.run.rundir import RunDir
 
 WHAT = {
     "weights": "frozen base weights",
@@ -49,7 +49,7 @@ def plan_run(cfg: DictConfig, out_dir: Path, purpose: str = "plan", write: bool 
     if not plan.fits and not forced:
         raise PlanRefused(refusal_message(spec, plan), plan=plan)
     if purpose == "train":   # the plan fits: now fetch missing weights (and record the commit)
-        from mens.plan.model_source import ensure_weights
+        from mens.source.resolve import ensure_weights
         fetched = ensure_weights(spec)
         if fetched is not spec:
             spec = fetched

@@ -190,7 +190,7 @@ def compile_run(cfg: DictConfig, purpose: str = "plan") -> tuple[RunSpec, Plan]:
 
     lane = cfg.lane
     if OmegaConf.is_missing(cfg.rung, "hidden_size"):   # +rung=hf: from the model's config.json
-        from mens.plan.model_source import fill_hf_rung
+        from mens.source.resolve import fill_hf_rung
         fill_hf_rung(cfg, notes)
     dataset = None
     if cfg.data.source != "spoke":   # the user's data: read, checked and split before planning
@@ -219,7 +219,7 @@ def compile_run(cfg: DictConfig, purpose: str = "plan") -> tuple[RunSpec, Plan]:
         notes.append(f"GPU_FALLBACK: precision bf16 → fp32 ({cfg.hw.name} has no bf16)")
     lane.precision = precision
     if purpose == "train" and cfg.rung.init == "pretrained" and not cfg.rung.tokenizer_bundled:
-        from mens.plan.model_source import check_weights
+        from mens.source.resolve import check_weights
         check_weights(cfg, notes)
     if cfg.rung.revision is None and not cfg.rung.tokenizer_bundled and not cfg.rung.path:
         notes.append(f"rung {cfg.rung.name}: {cfg.rung.repo_id} is unpinned (revision null)")
@@ -314,7 +314,7 @@ def load_rerun(run_dir: str) -> DictConfig:
     import sys
 
     from mens.config.validate import validate
-    from mens.rundir import RunDir
+    from mens.run.rundir import RunDir
 
     run = RunDir(run_dir)
     if run.spec.is_file():

@@ -39,7 +39,7 @@ def task(cfg: DictConfig, out_dir: Path) -> int:
         return admin(s, key)
     import uvicorn
 
-    from mens.rundir import RunDir
+    from mens.run.rundir import RunDir
     from mens.serve.limits import h11_with_431
     from mens.serve.openai_api import build_app
     from mens.serve.slots import describe, load_from_config

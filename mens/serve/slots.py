@@ -8,7 +8,7 @@ requests must never interleave. Aliases `<spoke>:champion` / `<spoke>:challenger
 slots and can be promoted and rolled back while serving.
 
 Promotion is gated (`serve.require_gate`, default true): only a slot whose run dir holds a
-passing gate.json that still matches its adapter (mens.gate.receipt.promotable) may become
+passing gate.json that still matches its adapter (mens.run.receipt.promotable) may become
 champion; anything else raises PromotionRefused (HTTP 409, CLI exit 3). At load, a spoke's
 champion is its first adapter that passes its gate, else its first adapter (said in `notes`).
 """
@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mens.errors import EXIT_REFUSED, ConfigError, MensError
-from mens.rundir import RunDir
+from mens.run.rundir import RunDir
 
 BASE = "base"
 ROLES = ("champion", "challenger")
@@ -191,8 +191,8 @@ class Slots:
         return slot
 
     def gated(self, name: str) -> tuple[bool, str]:
-        """(may the slot be champion, why) — mens.gate.receipt.promotable on its run dir."""
-        from mens.gate.receipt import promotable
+        """(may the slot be champion, why) — mens.run.receipt.promotable on its run dir."""
+        from mens.run.receipt import promotable
         return promotable(self.slots[name].run)
 
     def champion_notes(self) -> list[str]:

@@ -1,6 +1,6 @@
 """The studio's HTTP API (FastAPI) and its page. Every control calls the real thing: the planner
 in process (compose + compile_run: torch-free, ~0.1 s), the ladder (mens.ladder.state), gate
-receipts (mens.gate.receipt), curation (mens.data.curate); training, gating, the AFK queue and
+receipts (mens.run.receipt), curation (mens.synth.curate); training, gating, the AFK queue and
 serving as `python -m mens…` children (mens.studio.procs, mens.studio.serving).
 
     build_app(cfg, host, port, token) -> ASGI app (FastAPI wrapped in mens.studio.guard.Guard)
@@ -115,7 +115,7 @@ def build_app(cfg: DictConfig, host: str, port: int, token: str | None = None):
 
     @app.post("/api/recipes")
     async def save_recipe(request: Request):
-        from mens.rundir import atomic_write
+        from mens.run.rundir import atomic_write
         data = await body(request)
         name = data.get("name")
         if not isinstance(name, str) or not RECIPE_NAME.match(name):

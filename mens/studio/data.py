@@ -1,5 +1,5 @@
 """The Data panel's API: datasets under studio.datasets, their records (provenance, oracle
-verdict, rating, tags) curated in place through mens.data.curate, and their topic trees —
+verdict, rating, tags) curated in place through mens.synth.curate, and their topic trees —
 viewed here, pruned and expanded by `python -m mens.data tree …` children, the very command a
 user would type. Expanding asks a teacher: with none configured (no candidate's key variable
 set) the page is given the command to run instead."""
@@ -38,7 +38,7 @@ def tree_argv(d: Path, action: str, node: str) -> list[str]:
 def add_data(app, cfg, datasets: Path) -> None:
     @app.get("/api/data")
     def data_list():
-        from mens.data import dataset as ds
+        from mens.synth import dataset as ds
         return {"dir": str(datasets), "datasets": sorted(
             p.parent.name for p in datasets.glob(f"*/{ds.RECORDS}"))}
 
@@ -52,7 +52,7 @@ def add_data(app, cfg, datasets: Path) -> None:
     def data_records(name: str):
         import yaml
 
-        from mens.data import dataset as ds
+        from mens.synth import dataset as ds
         d = dataset(name)
         tree = yaml.safe_load((d / ds.TREE).read_text()) if (d / ds.TREE).is_file() else None
         recs = [{"id": r.get("id"), "topic": r.get("topic"), "verdict": r.get("verdict"),
@@ -66,7 +66,7 @@ def add_data(app, cfg, datasets: Path) -> None:
     @app.post("/api/data/curate")
     async def data_curate(request: Request):
         from mens.config.compose import compose
-        from mens.data.curate import curate
+        from mens.synth.curate import curate
         data = await body(request)
         d = dataset(data.get("name"))
         action, rid = data.get("action"), data.get("id")

@@ -20,7 +20,7 @@ CELL = re.compile(r"^[a-z0-9_.]+/[a-z0-9_]+$")
 def add_hubs(app, cfg, root: Path) -> None:
     @app.get("/api/evals")
     def evals():
-        from mens.gate.receipt import read_receipt, receipt_status
+        from mens.run.receipt import read_receipt, receipt_status
         out = []
         for r in find_runs(root):
             rec = read_receipt(r)
@@ -33,7 +33,7 @@ def add_hubs(app, cfg, root: Path) -> None:
     @app.post("/api/evals/compare")
     async def compare(request: Request):
         from mens.compare.core import across, across_md, is_run
-        from mens.rundir import atomic_write
+        from mens.run.rundir import atomic_write
         ids = (await body(request)).get("runs")
         if not isinstance(ids, list) or not 2 <= len(ids) <= 8:
             raise Refused(400, "runs: two to eight run ids")

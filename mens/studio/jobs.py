@@ -13,7 +13,7 @@ from pathlib import Path
 from fastapi import Request
 from fastapi.responses import StreamingResponse
 
-from mens.rundir import RunDir
+from mens.run.rundir import RunDir
 from mens.studio.common import body, compose_plan
 from mens.studio.procs import (TERMINAL, Refused, Tail, check_overrides, find_runs, new_run_dir,
                                rel, run_dir, run_status, slim, tail_rows)

@@ -16,7 +16,7 @@ import sys
 import time
 from pathlib import Path
 
-from mens.rundir import RunDir
+from mens.run.rundir import RunDir
 
 TERMINAL = ("TRAIN_COMPLETE", "TRAIN_FAILED", "TRAIN_INTERRUPTED")
 # overrides the page may pass to a training or planning command: the run's axes and knobs,
@@ -104,7 +104,7 @@ def run_status(root: Path, run: Path, alive: bool) -> dict:
                                       "TRAIN_FAILED": "failed"}.get(end, "stopped"))
     gate = None
     if (run / "gate.json").is_file():
-        from mens.gate.receipt import receipt_status
+        from mens.run.receipt import receipt_status
         gate = receipt_status(run)[0]
     spec = {}
     try:

@@ -1,4 +1,4 @@
-"""The run's lifecycle: a RunSpec + Plan → a finished run directory (mens.rundir.RunDir).
+"""The run's lifecycle: a RunSpec + Plan → a finished run directory (mens.run.rundir.RunDir).
 
     TRAIN_START → DATA → CURRICULUM → EVAL (base) → fit → adapter/ or model/ → EVAL (adapter)
     → TRAIN_COMPLETE → summary.json (written last and atomically: a dir without it is unfinished)
@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Callable
 
 from mens.errors import ConfigError, DataError, Interrupted, MensError
-from mens.rundir import RunDir, rank_zero
+from mens.run.rundir import RunDir, rank_zero
 from mens.train.telemetry import Telemetry, git_commit, host
 
 
@@ -245,7 +245,7 @@ def _save_outputs(model, tokenizer, spec, run: RunDir, state_dict=None) -> Path:
         if spec.lane.kind == "full":
             tokenizer.save_pretrained(str(tmp))
         elif hub_base:   # portable: the base by hub id and commit, not this machine's cache path
-            from mens.model.hub import portable_adapter
+            from mens.source.hub import portable_adapter
             portable_adapter(tmp, r.repo_id, r.commit or r.revision)
     which = RunDir.MODEL if spec.lane.kind == "full" else RunDir.ADAPTER
     return run.save_dir(which, save)
@@ -256,7 +256,7 @@ def _unsharded_name(config: Path, name: str) -> None:
     into config.json's architectures: the saved model is the plain class."""
     import json
 
-    from mens.rundir import atomic_write
+    from mens.run.rundir import atomic_write
 
     cfg = json.loads(config.read_text())
     cfg["architectures"] = [a.removeprefix("FSDP") for a in cfg.get("architectures") or [name]]

@@ -14,7 +14,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from mens.rundir import rank_zero
+from mens.run.rundir import rank_zero
 
 ROOT = Path(__file__).resolve().parent.parent.parent   # the source checkout, when there is one
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import lightning as L
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint, TQDMProgressBar
 
-from mens.rundir import RunDir
+from mens.run.rundir import RunDir
 from mens.train.loggers import make_loggers
 from mens.train.strategy import lightning_devices, sum_over_ranks
 from mens.train.telemetry import resource_readings

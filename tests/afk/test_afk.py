@@ -165,7 +165,7 @@ def test_gate_then_promote_are_recorded(tmp_path):
     """afk.gate runs `mens gate` on the trained run (its verdict recorded from gate.json);
     afk.promote asks the server only when the gate passed, and no server answering is recorded
     on the item, not a failure of it."""
-    from mens.gate.receipt import receipt_status
+    from mens.run.receipt import receipt_status
 
     q = tmp_path / "afk"
     args = [a for a in afk_args(q, ["tiny/vox_lang"], 3) if a != "afk.gate=false"]

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from mens.data.admission import CHECKS, check_all
+from mens.synth.admission import CHECKS, check_all
 from mens.data.corpus import (DATA_DIR, PHASES, DataError, corpus_texts, load_eval, load_jsonl,
                          load_spoke, render)
 
@@ -192,7 +192,7 @@ def test_admission_check_accepts_good_rejects_bad(check):
 
 
 def test_rust_without_cargo_is_unverified_not_passed(monkeypatch, tmp_path):
-    import mens.data.admission as adm
+    import mens.synth.admission as adm
     monkeypatch.setattr(adm.shutil, "which", lambda name: None)
     monkeypatch.setattr(adm.Path, "home", classmethod(lambda cls: tmp_path))
     toml_ok = sft(("user", "m"), ("assistant", fence("toml", '[workspace]\nmembers = ["a"]')))
@@ -351,7 +351,7 @@ def test_corpus_texts_are_exactly_the_training_records():
 
 
 def test_corpus_module_needs_no_torch():
-    code = "import sys, mens.data.corpus, mens.data.admission; assert 'torch' not in sys.modules"
+    code = "import sys, mens.data.corpus, mens.synth.admission; assert 'torch' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT, timeout=60)
 
 

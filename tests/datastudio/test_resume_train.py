@@ -14,7 +14,7 @@ from pathlib import Path
 from datastudio.studio_util import teacher_args
 
 from mens.cli.data import main
-from mens.data.dataset import read_jsonl
+from mens.synth.dataset import read_jsonl
 from teacher_server import replay_server
 
 ROOT = Path(__file__).resolve().parents[2]

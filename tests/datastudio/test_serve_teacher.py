@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 from mens.cli.data import main
-from mens.data.dataset import read_jsonl
+from mens.synth.dataset import read_jsonl
 from serve_util import running_server
 
 

@@ -11,7 +11,7 @@ import pytest
 from datastudio.studio_util import KEY_ENV, teacher_args
 
 from mens.cli.data import main
-from mens.data.dataset import read_jsonl
+from mens.synth.dataset import read_jsonl
 
 # spoke → (leaves, records, pairs, quarantined, invalid teacher replies, dropped samples)
 EXPECT = {"structured_shell": (3, 5, 2, 2, 1, 0),
@@ -102,8 +102,8 @@ def test_curate_rates_tags_edits_and_filters(studio, tmp_path, capsys):
 def test_clean_removes_near_duplicates_and_eval_contamination(tmp_path):
     from mens.config.compose import compose
     from mens.data.corpus import load_eval
-    from mens.data.curate import clean_dataset
-    from mens.data.dataset import write_jsonl
+    from mens.synth.curate import clean_dataset
+    from mens.synth.dataset import write_jsonl
 
     cfg = compose(["spoke=structured_shell", f"synth.out={tmp_path}"])
     ev = load_eval(cfg.spoke)[0]
@@ -148,7 +148,7 @@ def test_wrong_key_exits_2_and_bad_input_exits_2(studio, tmp_path, monkeypatch, 
 
 
 def test_tree_prune_add_regen(studio, tmp_path):
-    from mens.data.tree import load
+    from mens.synth.tree import load
 
     out = tmp_path / "ds"
     with studio("structured_shell") as srv:

@@ -6,7 +6,7 @@ import json
 import pytest
 
 from mens.config.options import spokes
-from mens.gate.receipt import RECEIPT, artifact_sha256, promotable, receipt_status
+from mens.run.receipt import RECEIPT, artifact_sha256, promotable, receipt_status
 
 
 def test_a_good_adapter_passes(good_run):

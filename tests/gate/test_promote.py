@@ -19,7 +19,7 @@ def ungated(good_run, tmp_path_factory):
 
 
 def test_slots_refuse_an_ungated_promotion(good_run, ungated):
-    from mens.rundir import RunDir
+    from mens.run.rundir import RunDir
     from mens.serve.slots import PromotionRefused, Slots, Source
 
     rung = RunDir(good_run[0]).read_spec()["rung"]

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from mens.data.corpus import corpus_lock
-from mens.gate.receipt import RECEIPT, artifact_sha256
+from mens.run.receipt import RECEIPT, artifact_sha256
 from mens.ladder.state import ladder
 from mens.resources import CORPORA
 

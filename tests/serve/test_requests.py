@@ -43,7 +43,7 @@ def serving(app):
 def url(tiny_run):
     """The app over base + the tiny run, plus `ghost`: a slot naming an adapter the PeftModel
     never loaded, so PEFT's own `set_adapter` raises on the model thread for every request."""
-    from mens.rundir import RunDir
+    from mens.run.rundir import RunDir
     from mens.serve.openai_api import build_app
     from mens.serve.slots import Slot, Slots, Source
 

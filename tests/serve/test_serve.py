@@ -234,7 +234,7 @@ import peft, peft.tuners.lora, psutil, safetensors.torch   # library code is not
 from pathlib import Path
 from peft.tuners.lora import LoraLayer
 from mens.serve.generate import GenRequest, generate
-from mens.rundir import RunDir
+from mens.run.rundir import RunDir
 from mens.serve.slots import Slots, Source
 
 run, k = Path(sys.argv[1]), int(sys.argv[2])

@@ -47,7 +47,7 @@ def test_open_ladder_and_recipe_replans(studio, browser, tmp_path):
 def test_compute_hub_and_data_tree_from_the_page(studio, browser, tmp_path):
     import json
 
-    from mens.data.tree import Node, Tree
+    from mens.synth.tree import Node, Tree
 
     url, _ = studio
     d = tmp_path / "datasets" / "mine"    # the studio runs in tmp_path: studio.datasets=datasets

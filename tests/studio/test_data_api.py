@@ -1,6 +1,6 @@
 """The Data panel's API on a real dataset dir: prune a topic-tree node (through the real
 `python -m mens.data tree prune` child), expand without a teacher (the command is given back,
-nothing runs), and tag / untag / edit a record in place (mens.data.curate)."""
+nothing runs), and tag / untag / edit a record in place (mens.synth.curate)."""
 from __future__ import annotations
 
 import json
@@ -10,7 +10,7 @@ import yaml
 from fastapi.testclient import TestClient
 
 from mens.config.compose import compose
-from mens.data.tree import Node, Tree
+from mens.synth.tree import Node, Tree
 from mens.studio.app import build_app
 
 

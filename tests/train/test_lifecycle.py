@@ -42,7 +42,7 @@ def test_the_model_can_be_built_inside_configure_model(compile_run, tmp_path):
 
 
 def test_only_rank_zero_writes_the_run_dir(tmp_path, monkeypatch):
-    from mens.rundir import RunDir, rank_zero
+    from mens.run.rundir import RunDir, rank_zero
     from mens.train.telemetry import Telemetry
 
     run = RunDir(tmp_path / "run")

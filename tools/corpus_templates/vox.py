@@ -1,6 +1,6 @@
 """vox_lang: drills, diagnostic → fix repairs and programs in Vox (grammar: mens/vox.py).
 
-Every diagnostic quoted is what mens.data.vox really reports for the broken program, and every
+Every diagnostic quoted is what mens.synth.vox really reports for the broken program, and every
 output is what voxrun really prints — the generator asserts both, so a template cannot claim
 an error or a result that the reference implementation disagrees with."""
 from __future__ import annotations

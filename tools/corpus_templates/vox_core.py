@@ -1,8 +1,8 @@
 """vox_lang helpers shared by the drills, repairs and programs: prompts, the diagnostic of a
-program (what mens.data.vox or voxrun reports, or None), and random valid multi-part programs."""
+program (what mens.synth.vox or voxrun reports, or None), and random valid multi-part programs."""
 from __future__ import annotations
 
-from mens.data.vox import VoxError, vox_check
+from mens.synth.vox import VoxError, vox_check
 
 from .common import fence, jdump, msg
 from .vox_programs import FAMILIES

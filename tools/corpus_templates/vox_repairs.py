@@ -1,6 +1,6 @@
 """vox_lang diagnostic repairs (d3-8): a valid program is broken by one mutation (a dropped
 `;`, an unclosed string or block, a misspelt or undeclared name, ...); the user quotes what
-mens.data.vox really reports and the answer explains that error and gives the fixed program with its
+mens.synth.vox really reports and the answer explains that error and gives the fixed program with its
 real output. A mutation is used only if the reference reports the error its explanation
 describes (EXPECT)."""
 from __future__ import annotations

@@ -2,7 +2,7 @@
 claims ("prints 42") is what the program really prints, not what a template assumed."""
 from __future__ import annotations
 
-from mens.data.vox import vox_check
+from mens.synth.vox import vox_check
 
 
 class VoxRuntimeError(Exception):

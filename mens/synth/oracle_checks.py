@@ -1,9 +1,9 @@
 """The admission checks' logic: each `CHECKS[name](record)` returns the list of problems it
 found, exact and located (an empty list: the record passes). It only parses and validates —
-nothing in a record is ever run. mens.data.oracle runs these functions in a limited child
-process (`python -m mens.data.oracle_checks JOB`) for model output; mens.data.admission calls
+nothing in a record is ever run. mens.synth.oracle runs these functions in a limited child
+process (`python -m mens.synth.oracle_checks JOB`) for model output; mens.synth.admission calls
 them in-process for mens's own template corpora. bash and cargo, the two checks that need an
-outside tool, are run by mens.data.oracle; what of them is pure Python (is there a block at
+outside tool, are run by mens.synth.oracle; what of them is pure Python (is there a block at
 all, do the ```toml blocks parse) lives here too.
 
 Every check looks only at the assistant side (for preference pairs: `chosen`), because that is
@@ -22,7 +22,7 @@ from typing import Callable
 
 import yaml
 
-from mens.data.vox import VoxError, vox_check
+from mens.synth.vox import VoxError, vox_check
 
 LANG = re.compile(r"[\w+-]*")
 TOOL_CALL = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.S)

@@ -1,7 +1,7 @@
 """Teachers for the data studio (issue #15): structured output from any OpenAI-compatible
 endpoint, through a cascade of candidates, counted per teacher.
 
-    from mens.teacher import Teacher
+    from mens.synth.teacher import Teacher
     teacher = Teacher.from_config(cfg.teacher)
     reply = teacher.ask("mens_samples", [{"role": "system", "content": ...},
                                          {"role": "user", "content": ...}])
@@ -15,10 +15,10 @@ Modules: `schemas` (the three schemas: mens_subtopics, mens_samples, mens_repair
 `routing` (the `teacher=` tiers and their fall-through), `stats` (the ledger). Heavy imports
 (openai, httpx) happen on the first request.
 """
-from mens.teacher.client import Endpoint, Reply, Settings, TeacherUnavailable, Usage
-from mens.teacher.routing import Teacher
-from mens.teacher.schemas import NAMES, SCHEMAS, check
-from mens.teacher.stats import Ledger
+from mens.synth.teacher.client import Endpoint, Reply, Settings, TeacherUnavailable, Usage
+from mens.synth.teacher.routing import Teacher
+from mens.synth.teacher.schemas import NAMES, SCHEMAS, check
+from mens.synth.teacher.stats import Ledger
 
 __all__ = ["Teacher", "Reply", "Usage", "Endpoint", "Settings", "TeacherUnavailable", "Ledger",
            "NAMES", "SCHEMAS", "check"]

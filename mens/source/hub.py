@@ -8,7 +8,7 @@ Two fetches, at two moments of a run:
   generation config and tokenizer — never .bin/.pth/.gguf/onnx or `original/` copies of the same
   weights (NEEDED). huggingface_hub's snapshot_download does the work, with its own progress bars.
 
-Both look in the local hub cache first (mens.plan.weights' cache walk: no network, no
+Both look in the local hub cache first (mens.source.weights' cache walk: no network, no
 huggingface_hub import when the files are there) and return (snapshot dir, commit). The commit is
 what spec.yaml records, so a re-run loads the same snapshot even after `main` moves.
 
@@ -29,8 +29,8 @@ import shlex
 from pathlib import Path
 
 from mens.errors import ConfigError
-from mens.plan.weights import fetch_command, find_weights, hub_cache_dirs, missing_weights_message
-from mens.rundir import atomic_write
+from mens.source.weights import fetch_command, find_weights, hub_cache_dirs, missing_weights_message
+from mens.run.rundir import atomic_write
 
 TOKENIZER = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
              "chat_template.jinja", "tokenizer.model",
@@ -120,7 +120,7 @@ def _has_meta(d: Path) -> bool:
 
 def _cached_snapshot(repo_id: str, revision: str | None, complete) -> tuple[Path, str] | None:
     """The first cached snapshot of repo_id@revision for which complete(dir) holds, or None.
-    Same layout walk as mens.plan.weights (refs/<branch> → snapshots/<commit>)."""
+    Same layout walk as mens.source.weights (refs/<branch> → snapshots/<commit>)."""
     folder = "models--" + repo_id.replace("/", "--")
     for cache in hub_cache_dirs():
         repo_dir = cache / folder

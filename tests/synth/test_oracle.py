@@ -1,4 +1,4 @@
-"""Admission oracles (mens.data.oracle): for every check a passing record, a failing one whose
+"""Admission oracles (mens.synth.oracle): for every check a passing record, a failing one whose
 diagnostics locate the problem, one that times out on a pathological input (the child is
 stopped, the verdict is a failure saying so), and the unverified case (the oracle cannot run:
 its tool is not on PATH, or the child cannot even start). Also: what the sandbox enforces,
@@ -12,9 +12,9 @@ import time
 
 import pytest
 
-from mens.data import oracle
-from mens.data.oracle import Verdict, isolation, judge, judge_batch
-from mens.data.oracle_checks import fences
+from mens.synth import oracle
+from mens.synth.oracle import Verdict, isolation, judge, judge_batch
+from mens.synth.oracle_checks import fences
 from mens.errors import ConfigError
 
 HAS_CARGO = oracle.find_cargo(None) is not None

@@ -1,7 +1,7 @@
 """Admission oracles for synthesized records: `judge(check, record) -> Verdict` with the check's
 exact diagnostics (bash -n's lines, cargo's rendered errors, the Vox parser's `error[V003] 4:12`,
 Python's SyntaxError line/column, YAML marks, jsonschema's path + message), which repair turns
-feed back to the teacher. The check logic is mens.data.oracle_checks; this module runs it safely.
+feed back to the teacher. The check logic is mens.synth.oracle_checks; this module runs it safely.
 
 Model output is never executed: checks parse, type-check or compile. Each runs in a child
 process with, per process, RLIMIT_AS (memory_mb) and RLIMIT_CPU (timeout_s), no core files,
@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-from mens.data import oracle_checks as oc
+from mens.synth import oracle_checks as oc
 from mens.errors import ConfigError
 
 TIMEOUT_S = 20.0      # per record; a whole scratch crate of small modules checks in ~1 s here
@@ -231,7 +231,7 @@ def _pure(check: str, records: list[dict], lim: Limits) -> list[Verdict]:
         def argv(k: int) -> list[str]:
             job.write_text(json.dumps({"check": check, "records": records[k:], "marker": marker,
                                        "timeout_s": lim.timeout_s, "memory_mb": lim.memory_mb}))
-            return [*_unshare(), sys.executable, "-s", "-m", "mens.data.oracle_checks", str(job)]
+            return [*_unshare(), sys.executable, "-s", "-m", "mens.synth.oracle_checks", str(job)]
         per = lim.timeout_s + 1        # the worker lowers its own soft limit record by record
         out = _stream(argv, len(records), lim, tmp, marker, lambda m: (
             math.ceil(STARTUP_S + per), math.ceil(STARTUP_S + per * m)))

@@ -10,8 +10,8 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from mens.data.sources import sha256
-from mens.rundir import RunDir
+from mens.run.hashing import sha256
+from mens.run.rundir import RunDir
 
 RECEIPT = "gate.json"
 

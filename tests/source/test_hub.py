@@ -1,11 +1,11 @@
-"""mens.model.hub against tests/hub_server.py — a real HTTP server on 127.0.0.1 standing in for
+"""mens.source.hub against tests/hub_server.py — a real HTTP server on 127.0.0.1 standing in for
 the Hugging Face Hub — with the real huggingface_hub client, peft and transformers.
 
 The served repo is the embedded tiny model (mens/assets/tiny) plus decoys a real repo carries and
 mens must never fetch (pytorch_model.bin, model.gguf, onnx/, original/consolidated.pth,
 consolidated.safetensors). Each test gets its own HF_HOME / HF_HUB_CACHE under tmp_path.
 
-How the client is pointed at the server: mens.model.hub reads HF_ENDPOINT, HF_HUB_CACHE,
+How the client is pointed at the server: mens.source.hub reads HF_ENDPOINT, HF_HUB_CACHE,
 HF_HUB_OFFLINE and HF_TOKEN from the environment at call time and passes endpoint/cache/token to
 huggingface_hub explicitly, so monkeypatch.setenv is enough for mens. huggingface_hub itself reads
 its constants once, at import (ENDPOINT, HF_HUB_CACHE, HF_HUB_OFFLINE, HF_TOKEN_PATH), and
@@ -28,8 +28,8 @@ import pytest
 from hub_server import HubServer, Repo
 
 from mens.errors import EXIT_CONFIG, ConfigError
-from mens.model.hub import download_weights, fetch_meta, portable_adapter
-from mens.plan.weights import find_weights, missing_weights_message
+from mens.source.hub import download_weights, fetch_meta, portable_adapter
+from mens.source.weights import find_weights, missing_weights_message
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = ROOT / "mens" / "assets" / "tiny"

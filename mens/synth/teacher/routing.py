@@ -1,6 +1,6 @@
 """Teacher routing tiers: an ordered cascade of endpoints, the `teacher=` config group.
 
-    from mens.teacher import Teacher
+    from mens.synth.teacher import Teacher
     teacher = Teacher.from_config(cfg.teacher)          # conf/teacher/<tier>.yaml
     reply = teacher.ask("mens_samples", messages)       # → client.Reply (checked, counted)
     replies = teacher.ask_many([("mens_subtopics", m1), ("mens_samples", m2)],
@@ -33,8 +33,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from mens.config.schema import TEACHER_CAPABILITIES, TeacherConfig
 from mens.errors import ConfigError
-from mens.teacher.client import Endpoint, Reply, Settings, TeacherClient, TeacherUnavailable
-from mens.teacher.stats import Ledger
+from mens.synth.teacher.client import Endpoint, Reply, Settings, TeacherClient, TeacherUnavailable
+from mens.synth.teacher.stats import Ledger
 
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 ENDPOINT_FIX = ("`teacher=endpoint teacher.base_url=URL teacher.model=NAME "

@@ -2,7 +2,7 @@
 
 Per leaf of DIR/tree.yaml the teacher is asked (mens_samples) for `synth.per_leaf` samples
 under the spoke's one system prompt; every candidate is judged by the spoke's deterministic
-oracle (mens.data.oracle, `spoke.admission.check`):
+oracle (mens.synth.oracle, `spoke.admission.check`):
   * passes on turn 1 (or the oracle cannot run here: unverified, counted) → an SFT record;
   * fails → up to `synth.repair_turns` repair turns (mens_repair), each request carrying the
     failed response and the oracle's exact diagnostics; a repair that passes → an SFT record AND
@@ -29,9 +29,9 @@ import re
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from mens.data import dataset as ds
+from mens.synth import dataset as ds
 from mens.data.clean import record_id
-from mens.data.tree import Node, open_tree
+from mens.synth.tree import Node, open_tree
 from mens.errors import ConfigError
 
 THINK = re.compile(r"^\s*<think>(.*?)</think>\s*", re.S)
@@ -119,7 +119,7 @@ class Leaf:
                        "quarantined": 0, "invalid_replies": 0, "dropped_samples": 0}
 
     def judge(self, responses: list[tuple[str, str]]) -> list:
-        from mens.data.oracle import judge_batch
+        from mens.synth.oracle import judge_batch
 
         s = self.cfg.synth
         return judge_batch(self.cfg.spoke.admission.check,
@@ -237,7 +237,7 @@ def leaf_file(out: Path, leaf_id: str) -> Path:
 def synth(cfg, log=print) -> dict:
     """Synthesize every leaf not yet done; assemble; clean. → the run's counts."""
     from mens.config.schema import SYNTH_STRATEGIES
-    from mens.teacher import Ledger, Teacher
+    from mens.synth.teacher import Ledger, Teacher
 
     if cfg.synth.strategy not in SYNTH_STRATEGIES:
         raise ConfigError(f"`synth.strategy={cfg.synth.strategy}` is not one of "
@@ -268,7 +268,7 @@ def synth(cfg, log=print) -> dict:
     finally:
         ds.write_stats(out, ledger, counts, cfg)
     merged = assemble(out, tree)
-    from mens.data.curate import clean_dataset
+    from mens.synth.curate import clean_dataset
     cleaned = clean_dataset(cfg, out)
     ds.write_stats(out, None, None, cfg, merged=merged, cleaned=cleaned)
     log(f"mens data synth: {json.dumps(counts)}; records {merged['records']}, pairs "

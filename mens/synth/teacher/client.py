@@ -15,7 +15,7 @@ with `data=None` (or, for mens_samples, with only the valid samples): it never r
 What does raise is `TeacherUnavailable` — this endpoint cannot answer at all: the connection is
 refused (or the host unknown: not retried), 401/403, 404 (model not found), another 4xx, the
 key's environment variable is unset, or 429 / 5xx / timeouts / dropped connections persisted
-through `max_retries`. mens.teacher.routing then tries the next candidate. Retries are mens's
+through `max_retries`. mens.synth.teacher.routing then tries the next candidate. Retries are mens's
 own (the openai client runs with max_retries=0), so each one is counted: waits of
 backoff_s · 2^attempt (capped at 60 s), or the server's Retry-After.
 
@@ -31,8 +31,8 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from mens.teacher.schemas import Checked, check, response_format, schema_instruction
-from mens.teacher.stats import Ledger, TeacherStats
+from mens.synth.teacher.schemas import Checked, check, response_format, schema_instruction
+from mens.synth.teacher.stats import Ledger, TeacherStats
 
 MAX_WAIT_S = 60.0      # longest single backoff, whatever Retry-After says
 

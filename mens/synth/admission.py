@@ -2,12 +2,12 @@
 
 `CHECKS[name](record) -> True | False | None`; None means the check's tool is missing here, so
 the record is kept but counted *unverified* — never silently passed. This is the boolean face
-of mens.data.oracle_checks, where each check is implemented once, with diagnostics: a single
+of mens.synth.oracle_checks, where each check is implemented once, with diagnostics: a single
 record of a pure-Python check runs in-process (mens's own templates), bash and cargo — and
-every batch (`check_all`) — run through mens.data.oracle, in a limited child process. Model
-output (synthesis) goes to mens.data.oracle.judge for the verdict with its diagnostics.
+every batch (`check_all`) — run through mens.synth.oracle, in a limited child process. Model
+output (synthesis) goes to mens.synth.oracle.judge for the verdict with its diagnostics.
 
-Vox, the house scripting language, is defined by its reference parser in mens/data/vox.py;
+Vox, the house scripting language, is defined by its reference parser in mens/synth/vox.py;
 `vox_parses` is its admission check.
 """
 from __future__ import annotations
@@ -16,9 +16,9 @@ import shutil  # noqa: F401  the same module oracle finds tools with (tests patc
 from pathlib import Path  # noqa: F401  ditto: oracle looks for ~/.cargo/bin via Path.home()
 from typing import Callable
 
-from mens.data import oracle_checks as oc
-from mens.data.oracle import judge_batch
-from mens.data.oracle_checks import (SKILL_NAME, TOOL_CALL, TOOLS, answers, blocks,
+from mens.synth import oracle_checks as oc
+from mens.synth.oracle import judge_batch
+from mens.synth.oracle_checks import (SKILL_NAME, TOOL_CALL, TOOLS, answers, blocks,
                                      declared_tools, fences, schema_errors, tool_calls)
 
 __all__ = ["CHECKS", "BATCH", "check_all", "check_shell_batch", "check_rust_batch", "vox_parses",

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from teacher_server import replay_server
-from teacher.teacher_util import KEY_ENV, teacher_cfg
+from synth.teacher.teacher_util import KEY_ENV, teacher_cfg
 
 FIXTURE = Path(__file__).parent / "fixtures" / "replies.json"
 
@@ -29,7 +29,7 @@ def server(key):
 
 @pytest.fixture
 def make_teacher():
-    from mens.teacher import Teacher
+    from mens.synth.teacher import Teacher
 
     def make(*candidates: dict, **settings):
         return Teacher.from_config(teacher_cfg(*candidates, **settings))

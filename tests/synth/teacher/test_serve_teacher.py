@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from mens.teacher import Teacher
+from mens.synth.teacher import Teacher
 from serve_util import running_server
 
 ASK = [{"role": "system", "content": "You write training samples for the Vox language."},

@@ -1,4 +1,4 @@
-"""`mens data curate ACTION [overrides]`: look at and curate a dataset dir (mens.data.dataset).
+"""`mens data curate ACTION [overrides]`: look at and curate a dataset dir (mens.synth.dataset).
 
     list     the records the filter selects (one line each), counts by verdict and tag
     rate     curate.rating=1..5 on every record the filter selects
@@ -25,7 +25,7 @@ import json
 import sys
 from pathlib import Path
 
-from mens.data import dataset as ds
+from mens.synth import dataset as ds
 from mens.errors import ConfigError
 
 ACTIONS = ("list", "rate", "tag", "untag", "edit", "clean")

@@ -10,9 +10,9 @@ import pytest
 from omegaconf import OmegaConf
 
 from mens.errors import ConfigError
-from mens.teacher import Teacher
+from mens.synth.teacher import Teacher
 from teacher_server import replay_server
-from teacher.teacher_util import KEY_ENV, candidate, teacher_cfg
+from synth.teacher.teacher_util import KEY_ENV, candidate, teacher_cfg
 
 ASK = [{"role": "user", "content": "Give samples."}]
 TIERS = ["free", "efficient", "balanced", "genius", "auto", "local"]

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from mens.plan.weights import (fetch_command, find_weights, hub_cache_dirs,
+from mens.source.weights import (fetch_command, find_weights, hub_cache_dirs,
                           missing_weights_message)
 
 REPO = "Qwen/Qwen3-0.6B"
@@ -172,7 +172,7 @@ def test_fetch_command():
 
 
 def test_import_is_light():
-    code = ("import sys, mens.plan.weights; "
+    code = ("import sys, mens.source.weights; "
             "print([m for m in ('torch', 'transformers', 'huggingface_hub') if m in sys.modules])")
     root = Path(__file__).resolve().parents[2]
     out = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True,

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from mens.errors import ConfigError
-from mens.plan.families import FAMILIES, read_config, rung_fields
+from mens.source.families import FAMILIES, read_config, rung_fields
 from mens.plan.memory import Arch
 
 CONFIGS = Path(__file__).resolve().parent.parent / "plan" / "fixtures" / "configs"

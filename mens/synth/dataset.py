@@ -1,6 +1,6 @@
 """A data-studio dataset is a directory (`synth.out=DIR`, default `datasets/<spoke>/`):
 
-    tree.yaml          the topic tree (mens.data.tree), human-editable
+    tree.yaml          the topic tree (mens.synth.tree), human-editable
     records.jsonl      SFT records: OpenAI chat `messages` + provenance, rating, tags — readable
                        as is by `data=file data.path=DIR/records.jsonl`
     pairs.jsonl        repair pairs: prompt (messages) / chosen / rejected (assistant turns) +

@@ -121,7 +121,7 @@ class Ledger:
 
     def write(self, path: Path | str) -> Path:
         """The ledger as JSON at `path`, written atomically (temp + rename)."""
-        from mens.rundir import atomic_write
+        from mens.run.rundir import atomic_write
 
         path = Path(path)
         atomic_write(path, json.dumps(self.as_dict(), indent=2) + "\n")

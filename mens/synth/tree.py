@@ -93,7 +93,7 @@ class Tree:
         return node
 
     def save(self, path: Path | None = None) -> Path:
-        from mens.data.dataset import write_durable
+        from mens.synth.dataset import write_durable
 
         path = Path(path or self.path)
         head = (f"# Topic tree of {self.spoke} (mens data tree): edit freely — ids must stay "

@@ -9,9 +9,9 @@ import time
 
 import pytest
 
-from teacher.teacher_util import candidate
-from mens.teacher import SCHEMAS, check
-from mens.teacher.client import with_schema
+from synth.teacher.teacher_util import candidate
+from mens.synth.teacher import SCHEMAS, check
+from mens.synth.teacher.client import with_schema
 
 ASK = [{"role": "system", "content": "You write Vox training samples."},
        {"role": "user", "content": "Give 2 samples for the leaf `printing`."}]

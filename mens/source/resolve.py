@@ -4,7 +4,7 @@ and the tokenizer fetched alone from the Hub), and a training run's weights are 
 scheduled for download (`rung.download`), their commit recorded.
 
 Planning stays free of torch and transformers: config.json is plain JSON
-(mens.plan.families.rung_fields) and huggingface_hub is imported only when a fetch is needed.
+(mens.source.families.rung_fields) and huggingface_hub is imported only when a fetch is needed.
 """
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 
 from mens.errors import ConfigError
-from mens.plan.families import read_config
+from mens.source.families import read_config
 from mens.resources import ASSETS
 
 ARCH_FIELDS = ("family", "hidden_size", "intermediate_size", "num_hidden_layers",
@@ -31,7 +31,7 @@ def meta_dir(rung, allow_fetch: bool = True) -> Path | None:
         return Path(rung.path)
     if rung.tokenizer_bundled:
         return ASSETS / rung.name
-    from mens.model.hub import fetch_meta   # walks the cache first: no network when present
+    from mens.source.hub import fetch_meta   # walks the cache first: no network when present
 
     try:
         return fetch_meta(rung.repo_id, rung.commit or rung.revision,
@@ -44,7 +44,7 @@ def meta_dir(rung, allow_fetch: bool = True) -> Path | None:
 
 def cached_config_dir(repo_id: str | None, revision: str | None) -> Path | None:
     """A hub-cache snapshot of repo_id@revision holding config.json (no network)."""
-    from mens.plan.weights import hub_cache_dirs
+    from mens.source.weights import hub_cache_dirs
 
     if not repo_id:
         return None
@@ -86,7 +86,7 @@ def fill_hf_rung(cfg, notes: list[str]) -> None:
 def check_weights(cfg, notes: list[str]) -> None:
     """A training run's pretrained weights: present (their commit recorded), or to be downloaded
     after the plan fits (rung.download, online), or exit 2 with the `hf download` command."""
-    from mens.plan.weights import find_weights, missing_weights_message
+    from mens.source.weights import find_weights, missing_weights_message
 
     rung = cfg.rung
     st = find_weights(rung.repo_id, rung.commit or rung.revision, rung.path)
@@ -108,7 +108,7 @@ def ensure_weights(spec):
     own progress bars) and return the spec with the snapshot's commit in rung.commit."""
     from dataclasses import replace
 
-    from mens.plan.weights import find_weights
+    from mens.source.weights import find_weights
 
     rung = spec.rung
     if rung.init != "pretrained" or rung.tokenizer_bundled or rung.path:
@@ -116,7 +116,7 @@ def ensure_weights(spec):
     st = find_weights(rung.repo_id, rung.commit or rung.revision)
     if st.present and rung.commit:
         return spec
-    from mens.model.hub import download_weights
+    from mens.source.hub import download_weights
 
     _, commit = download_weights(rung.repo_id, rung.commit or rung.revision,
                                  allow_download=rung.download and not offline())
