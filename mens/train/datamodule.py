@@ -22,24 +22,63 @@ class Position:
 
 
 class SkipBatches(torch.utils.data.Sampler):
-    """Fixed batches of indices; after a resume the first `position.skip` are not yielded."""
-    def __init__(self, n: int, micro: int, position: Position):
+    """Fixed batches of indices; after a resume the first `position.skip` are not yielded.
+
+    Each index comes out as (index, accumulation group, the group's supervised tokens on this
+    rank): an optimizer step's loss is its summed NLL over the whole group (every micro-batch,
+    every rank) divided by the group's supervised tokens (MensModule.training_step), so a
+    micro-batch must know its group's total before its backward. Groups are the epoch's batches
+    taken `accum` at a time, as Lightning accumulates them (the last may be short); a resume
+    skips whole groups (checkpoints fall on optimizer steps), so the grouping holds across it."""
+    def __init__(self, n: int, micro: int, position: Position, accum: int = 1, tokens=None):
         self.batches = [list(range(i, min(i + micro, n))) for i in range(0, n, micro)]
-        self.position = position
+        self.position, self.accum = position, max(int(accum), 1)
+        per_batch = [sum(tokens[i] for i in b) if tokens else 0 for b in self.batches]
+        self.group_tokens = [sum(per_batch[g:g + self.accum])
+                             for g in range(0, len(per_batch), self.accum)]
 
     def __iter__(self):   # a generator: the skip is read at the first next(), after loading
         start, self.position.skip = self.position.skip, 0
-        yield from self.batches[start:]
+        for k in range(start, len(self.batches)):
+            g = k // self.accum
+            yield [(i, g, self.group_tokens[g]) for i in self.batches[k]]
 
     def __len__(self):
         return len(self.batches)
 
 
+class _Keyed(torch.utils.data.Dataset):
+    """items looked up by SkipBatches' (index, group, group tokens) keys."""
+    def __init__(self, items):
+        self.items = items
+
+    def __getitem__(self, key):
+        i, group, tokens = key
+        return self.items[i], group, tokens
+
+    def __len__(self):
+        return len(self.items)
+
+
+def supervised_tokens(item, seq_len: int) -> int:
+    """Tokens the causal-LM loss scores in one row or example: labels[1:] that are not IGNORE,
+    within seq_len (the loss shifts labels by one; a record's first label is IGNORE anyway).
+    A rank's repeated row (strategy.Repeat) scores none."""
+    from mens.train.strategy import Repeat
+
+    if isinstance(item, Repeat):
+        return 0
+    labels = item.labels[1:seq_len]
+    return sum(1 for t in labels if t != IGNORE)
+
+
 class ResumableLoader(torch.utils.data.DataLoader):
-    """Lightning saves `state_dict()` of loaders that have one (mid-epoch resume)."""
-    def __init__(self, items, micro: int, collate_fn, position: Position):
-        super().__init__(items, batch_sampler=SkipBatches(len(items), micro, position),
-                         collate_fn=collate_fn)
+    """Lightning saves `state_dict()` of loaders that have one (mid-epoch resume). collate_fn
+    takes [(item, group, group tokens)] (SkipBatches)."""
+    def __init__(self, items, micro: int, collate_fn, position: Position, accum: int = 1,
+                 tokens=None):
+        super().__init__(_Keyed(items), collate_fn=collate_fn,
+                         batch_sampler=SkipBatches(len(items), micro, position, accum, tokens))
         self.position = position
 
     def state_dict(self) -> dict:
@@ -80,7 +119,15 @@ class MensData(L.LightningDataModule):
         self.epochs = [epoch_items(examples, records, spec, e, pairs)
                        for e in range(spec.curriculum.epochs)]
 
-    def collate(self, items):
+    def collate(self, keyed):
+        """[(item, group, group tokens)] (SkipBatches) → a batch with `step_group` and
+        `step_tokens` (this rank's supervised tokens in the batch's accumulation group)."""
+        batch = self.collate_items([k[0] for k in keyed])
+        batch["step_group"] = torch.tensor(keyed[0][1])
+        batch["step_tokens"] = torch.tensor(keyed[0][2])
+        return batch
+
+    def collate_items(self, items):
         from mens.train.strategy import Repeat
 
         repeat = [isinstance(x, Repeat) for x in items]   # a rank's padding: no label (strategy.py)
@@ -124,7 +171,11 @@ class MensData(L.LightningDataModule):
         if self.world > 1:   # this rank's rows, in order (strategy.rank_items: no shuffle)
             from mens.train.strategy import rank_items
             items = rank_items(items, self.world, self.trainer.global_rank)
-        return ResumableLoader(items, self.spec.train.micro_batch, self.collate, self.position)
+        t = self.spec.train
+        # pairs (dpo) average over pairs, not tokens: no token totals needed
+        tokens = None if self.pairs else [supervised_tokens(x, t.seq_len) for x in items]
+        return ResumableLoader(items, t.micro_batch, self.collate, self.position,
+                               accum=t.grad_accum, tokens=tokens)
 
     def val_dataloader(self):
         """One loader per held-out set (eval, collateral), batched as evaluate.eval_loss

@@ -92,6 +92,7 @@ class MensModule(L.LightningModule):
         self.last = {}
         self.counts = {"real": 0, "valid": 0, "slots": 0}   # tokens since the last TRAIN_STEP row
         self.val_sums: dict[int, list[float]] = {}   # loader index → [summed NLL, tokens]
+        self.group_nll: list = [None, None]  # [(epoch, accumulation group), this rank's NLL]
 
     def configure_model(self):
         if self.model is None:
@@ -112,25 +113,24 @@ class MensModule(L.LightningModule):
     def world(self) -> int:
         return getattr(self._trainer, "world_size", 1) if self._trainer is not None else 1
 
+    def accum(self) -> int:
+        return getattr(self._trainer, "accumulate_grad_batches", 1) if self._trainer else 1
+
     def training_step(self, batch, batch_idx):
         self.position.done += 1
         self.counts["real"] += int(batch.pop("real_tokens"))
         self.counts["valid"] += int((batch["labels"] != IGNORE).sum())
         self.counts["slots"] += batch["input_ids"].numel()
-        world = self.world()
+        group, group_tokens = batch.pop("step_group", None), batch.pop("step_tokens", None)
+        world, accum = self.world(), self.accum()
         if self.ref_logps is not None:
             loss = self.dpo_loss(batch, world)
-        elif world == 1:
+            logged = loss.detach() if world == 1 else all_sum(loss.detach()) / world
+        elif (world == 1 and accum == 1) or group_tokens is None:
             loss = lm_loss(self.model, batch) if self.chunked else self.model(**batch).loss
+            logged = loss.detach()
         else:
-            # Several ranks: each rank's loss is its summed NLL over (all ranks' supervised
-            # tokens / world); the gradient average over ranks (DDP, FSDP2) then equals one
-            # process's token mean over the whole batch, and a rank whose rows are all
-            # repeats (strategy.Repeat) adds exactly 0
-            n = all_sum((batch["labels"][:, 1:] != IGNORE).sum()).float() / world
-            loss = lm_loss(self.model, batch, num_items=n) if self.chunked else \
-                self.model(**batch, num_items_in_batch=n).loss
-        logged = loss.detach() if world == 1 else all_sum(loss.detach()) / world   # the batch's
+            loss, logged = self.token_weighted_loss(batch, group, group_tokens, world, accum)
         if not torch.isfinite(logged):   # the same on every rank: all of them stop
             raise RunFailed(f"the loss became {logged.item()} at step {self.global_step + 1} "
                             f"(epoch {self.current_epoch}): training stopped. Lower "
@@ -139,6 +139,27 @@ class MensModule(L.LightningModule):
         # the progress bar's; the loggers get every TRAIN_STEP number (trainer.StepTelemetry)
         self.log("train/loss", logged, prog_bar=True, logger=False)
         return loss
+
+    def token_weighted_loss(self, batch, group, group_tokens, world: int, accum: int):
+        """(loss to backward, the step's token mean so far) under accumulation or several ranks.
+
+        An optimizer step's loss is the summed NLL over every micro-batch of its accumulation
+        group on every rank, over all of their supervised tokens N (not a mean of per-micro-batch
+        means, which weighs a short micro-batch's tokens more: the bug transformers fixed in
+        4.46). Lightning divides each micro-batch's loss by `accum` and DDP/FSDP2 average the
+        gradients over ranks, so each micro-batch backwards NLL_micro · accum · world / N; a
+        rank's repeated rows (strategy.Repeat) carry no label and add exactly 0. The logged loss
+        accumulates the group's NLL and is the step's token mean at its last micro-batch."""
+        n = (all_sum(group_tokens) if world > 1 else group_tokens).float().clamp(min=1)
+        scale = n / (accum * world)                # the divisor that makes the sums above
+        loss = lm_loss(self.model, batch, num_items=scale) if self.chunked else \
+            self.model(**batch, num_items_in_batch=scale).loss
+        key = (self.current_epoch, int(group))
+        if self.group_nll[0] != key:               # a new accumulation group: a new step
+            self.group_nll = [key, torch.zeros((), dtype=torch.float64)]
+        self.group_nll[1] = self.group_nll[1] + loss.detach().double().cpu() * scale.cpu()
+        nll = self.group_nll[1].to(loss.device) if world > 1 else self.group_nll[1]
+        return loss, ((all_sum(nll) if world > 1 else nll) / n.to(nll.device)).float()
 
     def validation_step(self, batch, batch_idx, dataloader_idx: int = 0):
         """Summed NLL and token count of one held-out batch (trainer.HeldOutEval averages)."""
