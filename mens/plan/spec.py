@@ -203,11 +203,18 @@ def compile_run(cfg: DictConfig, purpose: str = "plan") -> tuple[RunSpec, Plan]:
             f"lane=dpo needs chosen/rejected pairs and spoke {cfg.spoke.name} ships none: use "
             f"a spoke with pairs ({', '.join(pairs)}) or lane=lora.", key="lane")
     if lane.kind == "qlora":
+        # read from the installed package's metadata (bitsandbytes is never imported here);
+        # only a run that trains on this machine needs it: a plan, a cloud estimate or a
+        # launch plans for another machine, and says so instead of refusing
         ok, why = qlora_support(cfg.hw.backend)
-        if not ok:
+        if not ok and purpose == "train":
             raise ConfigError(
                 f"lane=qlora is not supported on backend {cfg.hw.backend} with {why}: "
                 f"`pip install 'bitsandbytes>=0.50'`, or use lane=lora.", key="lane")
+        if not ok:
+            notes.append(f"lane=qlora cannot train on this machine ({why}; backend "
+                         f"{cfg.hw.backend}): planned all the same; where it trains, install "
+                         f"bitsandbytes>=0.50")
     if lane.kind in ("lora", "qlora", "dpo") and not lane.lora:
         raise ConfigError(f"lane {lane.name} (kind {lane.kind}) needs a `lora:` section.",
                           key="lane.lora")
