@@ -49,6 +49,28 @@ def split_by_hash(records: list[dict], fraction: float) -> tuple[list[dict], lis
     return train, held
 
 
+def hold_out(records: list[dict], fraction: float) -> tuple[list[dict], list[dict], bool]:
+    """(train, eval, raised): split_by_hash, except that data of two or more records whose hashes
+    hold out none (a fresh `mens data synth` of a few records at 5 %) holds out the one whose id
+    hashes lowest — the record the fraction would take first as it grows, so the choice stays
+    stable. raised: that minimum was applied (the caller says so)."""
+    train, held = split_by_hash(records, fraction)
+    if held or len(records) < 2:
+        return train, held, False
+    first = min(records, key=lambda r: hash_fraction(r["id"]))
+    return [r for r in records if r is not first], [first], True
+
+
+def describe(stats: dict) -> str:
+    """A data-stats dict in words, for messages: "12 records read, 3 duplicates removed"."""
+    words = {"read": "records read", "below_min_rating": "below data.min_rating",
+             "tag_filtered": "left out by data.tags", "duplicates_removed": "duplicates removed",
+             "eval_duplicates_removed_from_train": "eval records removed from train",
+             "contaminated_eval_removed": "eval records removed as contaminated"}
+    parts = [f"{stats[k]} {w}" for k, w in words.items() if stats.get(k)]
+    return ", ".join(parts) or "no records read"
+
+
 def _ngrams(words: list[str], n: int) -> set[tuple[str, ...]]:
     return {tuple(words[i:i + n]) for i in range(len(words) - n + 1)}
 

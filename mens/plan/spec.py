@@ -197,6 +197,9 @@ def compile_run(cfg: DictConfig, purpose: str = "plan") -> tuple[RunSpec, Plan]:
         from mens.data.select import dataset as load_dataset
         dataset = load_dataset(cfg.data, lane.kind, list(cfg.curriculum.phases))
         cfg.data.format = dataset.format   # resolved: a rerun reads the files as this run did
+        if dataset.stats.get("eval_minimum_applied"):
+            notes.append(f"data: {dataset.stats['eval_from']} (it trains on "
+                         f"{len(dataset.train)})")
     elif lane.kind == "dpo" and not cfg.spoke.preference_pairs:
         pairs = [n for n in spokes() if load_option("spoke", n).preference_pairs]
         raise ConfigError(
