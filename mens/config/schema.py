@@ -263,6 +263,8 @@ class ServeConfig:
     max_tokens: int = 256            # when a request sets none (and the context allows)
     max_body_bytes: int = 1048576    # a larger request body gets 413
     max_header_bytes: int = 16384    # a larger request line + headers gets 431 (h11's default)
+    # requests that may wait for the one model thread (beyond: 503 + Retry-After, at once)
+    max_queue: int = 32
     admin: Optional[str] = None      # promote | rollback | aliases: ask the running server, exit
     admin_spoke: Optional[str] = None
     admin_slot: Optional[str] = None   # promote: this slot (default: the spoke's challenger)

@@ -236,6 +236,8 @@ RANGES: dict[str, Range] = {
     "serve.max_tokens": _count("tokens when a request sets none", "256"),
     "serve.max_body_bytes": _count("bytes; a larger request body gets 413", "1048576"),
     "serve.max_header_bytes": _count("bytes; larger request headers get 431", "16384"),
+    "serve.max_queue": Range(lo=0, integer=True, example="32",
+                             note="requests waiting for the model; more get 503"),
     "gate.max_prompts": _count("held-out prompts per spoke the gate asks and scores", "4"),
     "gate.max_new_tokens": _count("greedy tokens per gate answer", "48"),
     "gate.min_improvement_pct": Range(lo=-100, hi=100, example="1",

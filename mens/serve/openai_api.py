@@ -21,6 +21,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.exceptions import HTTPException
 
+from mens.serve.admission import Admission, QueueFull
 from mens.serve.generate import GenRequest, generate
 from mens.serve.requests import (Body, ChatRequest, CompletionRequest, PromoteRequest,
                                  RollbackRequest, Sampling, unsupported, unsupported_message)
@@ -47,9 +48,11 @@ def _refuse_unsupported(req: Body) -> None:
 
 # --- the app -----------------------------------------------------------------------------------
 def build_app(slots: Slots, api_key: str | None = None, max_body_bytes: int = 1 << 20,
-              default_max_tokens: int = 256, max_header_bytes: int = 16384):
+              default_max_tokens: int = 256, max_header_bytes: int = 16384,
+              max_queue: int = 32):
     app = FastAPI(title="mens", docs_url=None, redoc_url=None, openapi_url=None)
     app.state.slots = slots
+    admission = Admission(max_queue)
 
     def auth(request: Request) -> None:
         if api_key is None:
@@ -65,6 +68,11 @@ def build_app(slots: Slots, api_key: str | None = None, max_body_bytes: int = 1 
     @app.exception_handler(APIError)
     async def _api_error(request, e: APIError):
         return JSONResponse(error_body(e.message, e.type, e.param, e.code), status_code=e.status)
+
+    @app.exception_handler(QueueFull)
+    async def _busy(request, e: QueueFull):
+        return JSONResponse(error_body(str(e), "server_error", None, "server_busy"),
+                            status_code=503, headers={"Retry-After": str(e.retry_after)})
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request, e: RequestValidationError):
@@ -95,7 +103,7 @@ def build_app(slots: Slots, api_key: str | None = None, max_body_bytes: int = 1 
     @app.get("/health")
     async def health():
         return {"status": "ok", "models": [m for m, _ in slots.model_ids()],
-                "memory": slots.memory()}
+                "memory": slots.memory(), "queue": admission.state()}
 
     @app.get("/v1/models", dependencies=[Depends(auth)])
     async def models():
@@ -122,7 +130,7 @@ def build_app(slots: Slots, api_key: str | None = None, max_body_bytes: int = 1 
         except Exception as e:  # a template may refuse a conversation; lone surrogates
             raise APIError(400, f"messages: they cannot be rendered and tokenized: {e}", "messages")
         gen = _gen_request(slots, req, prompt, req.max_completion_tokens, default_max_tokens)
-        return await _respond(slots, slot, req, gen, chat=True)
+        return await _respond(slots, slot, req, gen, admission, chat=True)
 
     @app.post("/v1/completions", dependencies=[Depends(auth)])
     async def completions(req: CompletionRequest):
@@ -147,7 +155,7 @@ def build_app(slots: Slots, api_key: str | None = None, max_body_bytes: int = 1 
         if not prompt:
             raise APIError(400, "prompt: it is empty.", "prompt")
         gen = _gen_request(slots, req, prompt, None, default_max_tokens)
-        return await _respond(slots, slot, req, gen, chat=False)
+        return await _respond(slots, slot, req, gen, admission, chat=False)
 
     @app.get("/admin/aliases", dependencies=[Depends(auth)])
     async def aliases():
@@ -231,16 +239,21 @@ def _usage(r) -> dict:
             "total_tokens": r.prompt_tokens + r.completion_tokens}
 
 
-async def _respond(slots: Slots, slot, req: Sampling, gen: GenRequest, chat: bool):
+async def _respond(slots: Slots, slot, req: Sampling, gen: GenRequest, admission: Admission,
+                   chat: bool):
     rid = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"
     created = int(time.time())
     head = {"id": rid, "created": created, "model": req.model,
             "system_fingerprint": f"mens-{slot.name}"}
+    started = admission.enter()        # QueueFull → 503 with Retry-After
     if req.stream:
-        return StreamingResponse(_sse(slots, slot, req, gen, chat, head),
+        return StreamingResponse(_sse(slots, slot, req, gen, chat, head,
+                                      lambda: admission.leave(started)),
                                  media_type="text/event-stream",
                                  headers={"Cache-Control": "no-cache"})
-    r = await asyncio.wrap_future(slots.run(generate, slots, slot, gen))
+    fut = slots.run(generate, slots, slot, gen)
+    fut.add_done_callback(lambda f: admission.leave(started))
+    r = await asyncio.wrap_future(fut)
     choice = ({"index": 0, "message": {"role": "assistant", "content": r.text},
                "logprobs": None, "finish_reason": r.finish_reason} if chat else
               {"index": 0, "text": r.text, "logprobs": None, "finish_reason": r.finish_reason})
@@ -248,8 +261,10 @@ async def _respond(slots: Slots, slot, req: Sampling, gen: GenRequest, chat: boo
             "choices": [choice], "usage": _usage(r)}
 
 
-async def _sse(slots: Slots, slot, req: Sampling, gen: GenRequest, chat: bool, head: dict):
-    """Server-sent events: one chunk per piece of final text, then finish_reason, [DONE]."""
+async def _sse(slots: Slots, slot, req: Sampling, gen: GenRequest, chat: bool, head: dict,
+               release):
+    """Server-sent events: one chunk per piece of final text, then finish_reason, [DONE].
+    release(): called once the model thread is done with the request (its queue place)."""
     loop = asyncio.get_running_loop()
     queue: asyncio.Queue = asyncio.Queue()
     cancel = threading.Event()   # set when the client goes away: generation stops early
@@ -273,7 +288,7 @@ async def _sse(slots: Slots, slot, req: Sampling, gen: GenRequest, chat: bool, h
         return f"data: {json.dumps(body)}\n\n"
 
     fut = slots.run(generate, slots, slot, gen, lambda t: put(("text", t)), cancel.is_set)
-    fut.add_done_callback(lambda f: put(("done", f)))
+    fut.add_done_callback(lambda f: (release(), put(("done", f))))
     try:
         if chat:
             yield chunk(role=True)
