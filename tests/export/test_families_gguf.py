@@ -112,14 +112,14 @@ def test_gguf_keys_and_tensors_follow_the_converter(family_export):
     import gguf
     from transformers import AutoConfig
 
-    from mens.export.arch import FAMILIES as ARCH
+    from mens.source.families import FAMILIES as ARCH
 
     e = family_export
     cfg = json.loads((e["hf"] / "config.json").read_text())
     fam = ARCH[e["family"]]
     r = gguf.GGUFReader(e["f32"])
     f = {k: v.contents() for k, v in r.fields.items() if not k.startswith("GGUF.")}
-    a = fam.arch
+    a = fam.gguf_arch
     assert f["general.architecture"] == a
     assert f[f"{a}.attention.head_count_kv"] == cfg["num_key_value_heads"]
     assert f[f"{a}.attention.key_length"] == (cfg.get("head_dim") or 32)

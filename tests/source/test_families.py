@@ -205,3 +205,19 @@ def test_gemma_config_naming_nothing_is_the_class_default_model(family, tmp_path
     d = model_dir(tmp_path, {"model_type": family})
     counted, _ = meta_count(d)
     assert Arch.of(rung_fields({"model_type": family}, "c.json")).params()["total"] == counted
+
+
+def test_every_row_names_a_llama_cpp_arch_a_chat_format_and_linear_targets():
+    """A row's export facts point at things that exist: gguf-py's architecture names, mens's
+    chat formats (or None: the Modelfile then tries them all), the decoder's linear layers."""
+    import gguf
+
+    from mens.export.modelfile import FORMATS
+
+    linear = Arch(**{k: 1 for k in ("hidden", "intermediate", "layers", "heads", "kv_heads",
+                                    "head_dim", "vocab")}, tied=False).linear_shapes()
+    for f in FAMILIES.values():
+        assert f.gguf_arch in gguf.MODEL_ARCH_NAMES.values(), f
+        assert f.chat is None or f.chat in FORMATS, f
+        assert set(f.lora_targets) <= set(linear) and f.qk_norm in ("", "head"), f
+
