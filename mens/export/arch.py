@@ -13,6 +13,9 @@ Each follows what llama.cpp's own converter (convert_hf_to_gguf.py) does for the
 - gemma2 / gemma3 (`gemma3_text`): every `*norm.weight` + 1 (Gemma's RMSNorm computes (1 + w));
   the sqrt(hidden) embedding scale is applied by llama.cpp itself; the softcapping and sliding
   window keys; the embedding is tied (no `output` tensor).
+- olmo2: names from gguf-py's map as they are (q/k norms, post-attention / post-feedforward
+  norms); llama.cpp's `olmo2` graph is NeoX-rope, so no permutation (Olmo2Model has no
+  modify_tensors).
 llama.cpp hard-codes some Gemma facts instead of reading them (the query scale 1/sqrt(head_dim),
 the sliding/full layer pattern): a config that differs is refused, not exported wrong.
 """

@@ -59,13 +59,14 @@ class Arch:
 
     def params(self) -> dict[str, int]:
         """Exact parameter counts of the family's *ForCausalLM: linear weights, q/k/v biases
-        (Qwen2), q/k RMSNorm over head_dim (Qwen3, Gemma 3), 2 or 4 hidden-sized norms per
-        layer (4 in Gemma 2/3) plus the final norm, and an lm_head unless tied."""
+        (Qwen2), q/k RMSNorm over head_dim (Qwen3, Gemma 3) or over the whole q and k
+        projections (OLMo 2), 2 or 4 hidden-sized norms per layer (4 in Gemma 2/3) plus the
+        final norm, and an lm_head unless tied."""
         fam = family(self.family)   # ConfigError for one mens does not support
         linear = sum(a * b for a, b in self.linear_shapes().values())
         q, kv = self.heads * self.head_dim, self.kv_heads * self.head_dim
         biases = q + 2 * kv if fam.qkv_bias else 0
-        qk_norm = {"": 0, "head": 2 * self.head_dim}[fam.qk_norm]
+        qk_norm = {"": 0, "head": 2 * self.head_dim, "proj": q + kv}[fam.qk_norm]
         norms = fam.norms_per_layer * self.hidden + qk_norm
         embed = self.vocab * self.hidden
         lm_head = 0 if self.tied else embed

@@ -36,7 +36,7 @@ class Family:
     gguf_arch: str               # llama.cpp architecture name (GGUF general.architecture)
     qkv_bias: bool = False       # q/k/v projections carry biases (o_proj does not)
     # RMSNorm on queries and keys: "head" — over head_dim, shared by the heads (2 × head_dim:
-    # Qwen3, Gemma 3)
+    # Qwen3, Gemma 3); "proj" — over the whole q and k projections (heads·d + kv·d: OLMo 2)
     qk_norm: str = ""
     norms_per_layer: int = 2     # hidden-sized RMSNorms per decoder layer
     lora_targets: tuple = LORA_TARGETS   # every linear layer of a decoder layer
@@ -91,6 +91,12 @@ FAMILIES: dict[str, Family] = {f.model_type: f for f in (
                               rope_theta=1_000_000.0, **_GEMMA),
            no_per_record="Gemma 3 attends through sliding windows", swa_every=6,
            **_GEMMA_EXPORT),
+    # OLMo 2: q/k RMSNorm over the whole projections, norms after attention and after the MLP
+    # (post_attention / post_feedforward, no pre-norms); llama.cpp's `olmo2` is NeoX-rope (no
+    # permutation). chat None: mens has no Go template of OLMo 2's own instruct format, so
+    # the Modelfile tries every one and says so when none renders like the tokenizer's.
+    Family("olmo2", "Olmo2Config", "Olmo2ForCausalLM", "olmo2", qk_norm="proj",
+           defaults=_defaults(max_position_embeddings=2048, rms_norm_eps=1e-5)),
 )}
 # The family of a rung or record written before rungs named one (Qwen3, the only family then).
 DEFAULT_FAMILY = "qwen3"
@@ -156,7 +162,7 @@ def rung_fields(config: Mapping, source: str, notes: list[str] | None = None) ->
         if config.get(key) is None and d.get(key) is None:
             raise ConfigError(f"{source} has no {key!r}: a {mt} config.json needs it to "
                               f"size the model; check the file (or its text_config).", key="rung")
-    # Llama, Qwen3 and Gemma can switch on biases; Arch counts none for them
+    # Llama, Qwen3, Gemma and OLMo 2 can switch on biases; Arch counts none for them
     for key in ("attention_bias", "mlp_bias"):
         if config.get(key) and not (fam.qkv_bias and key == "attention_bias"):
             raise ConfigError(f"{source} sets {key}: true; mens supports {mt} models without "
