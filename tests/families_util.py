@@ -57,6 +57,10 @@ FAMILIES = {
                                              sliding_window=8),
                     ["<pad>", "<eos>", "<bos>", "<start_of_turn>", "<end_of_turn>"], "<bos>",
                     "<end_of_turn>", "<pad>", GEMMA, False),
+    # kv heads < heads: q_norm (heads·d) and k_norm (kv·d) differ in width, as the count says
+    "olmo2": ("Olmo2Config", dict(SMALL, tie_word_embeddings=False, eos_token_id=None,
+                                  pad_token_id=None), QWEN_SPECIALS, None, "<|im_end|>",
+              "<|endoftext|>", CHATML, False),
 }
 TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 

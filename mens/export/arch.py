@@ -1,6 +1,7 @@
-"""Per-family GGUF facts: llama.cpp's architecture, tensor transforms, metadata, tokenizer `pre`.
+"""The GGUF transforms keyed by a family's row (mens.source.families: gguf_arch, permute_qk,
+norm_shift, swa_every): tensor transforms, metadata, refusals, tokenizer `pre`.
 
-Each entry follows what llama.cpp's own converter (convert_hf_to_gguf.py) does for the family:
+Each follows what llama.cpp's own converter (convert_hf_to_gguf.py) does for the family:
 
 - qwen2 / qwen3: names from gguf-py's map as they are (Qwen2 keeps its q/k/v biases).
 - llama / mistral: arch `llama` (the converter registers MistralForCausalLM under LlamaModel);
@@ -12,6 +13,9 @@ Each entry follows what llama.cpp's own converter (convert_hf_to_gguf.py) does f
 - gemma2 / gemma3 (`gemma3_text`): every `*norm.weight` + 1 (Gemma's RMSNorm computes (1 + w));
   the sqrt(hidden) embedding scale is applied by llama.cpp itself; the softcapping and sliding
   window keys; the embedding is tied (no `output` tensor).
+- olmo2: names from gguf-py's map as they are (q/k norms, post-attention / post-feedforward
+  norms); llama.cpp's `olmo2` graph is NeoX-rope, so no permutation (Olmo2Model has no
+  modify_tensors).
 llama.cpp hard-codes some Gemma facts instead of reading them (the query scale 1/sqrt(head_dim),
 the sliding/full layer pattern): a config that differs is refused, not exported wrong.
 """
@@ -19,30 +23,11 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
 from pathlib import Path
 
 from mens.errors import ConfigError
+from mens.source.families import FAMILIES, Family
 
-
-@dataclass(frozen=True)
-class Family:
-    model_type: str      # config.json's model_type
-    arch: str            # GGUF general.architecture, llama.cpp's name
-    permute_qk: bool     # LlamaModel.permute on q/k (and on a LoRA's q/k lora_b)
-    norm_shift: float    # added to every *norm.weight (Gemma's (1 + w) RMSNorm)
-    chat: str            # chat format of the family's instruct models (modelfile.py)
-    swa_every: int = 0   # llama.cpp's hard-coded pattern: every n-th layer full, others sliding
-
-
-FAMILIES = {f.model_type: f for f in (
-    Family("qwen2", "qwen2", False, 0.0, "chatml"),
-    Family("qwen3", "qwen3", False, 0.0, "chatml"),
-    Family("llama", "llama", True, 0.0, "llama3"),
-    Family("mistral", "llama", True, 0.0, "mistral"),
-    Family("gemma2", "gemma2", False, 1.0, "gemma", swa_every=2),
-    Family("gemma3_text", "gemma3", False, 1.0, "gemma", swa_every=6),
-)}
 
 # Split regexes of byte-level BPE tokenizers -> llama.cpp's `tokenizer.ggml.pre` that applies the
 # same regex (llama-vocab.cpp). The converter finds `pre` by hashing a probe's token ids; a
@@ -70,7 +55,7 @@ def family_of(cfg: dict, where) -> Family:
 
 def gguf_arch(fam: Family):
     import gguf
-    return next(a for a, n in gguf.MODEL_ARCH_NAMES.items() if n == fam.arch)
+    return next(a for a, n in gguf.MODEL_ARCH_NAMES.items() if n == fam.gguf_arch)
 
 
 def name_map(fam: Family, cfg: dict):
@@ -123,7 +108,7 @@ def extra_tensors(fam: Family, cfg: dict) -> dict:
     import torch
 
     rp = _rope(cfg)
-    if fam.arch != "llama" or str(rp.get("rope_type", "")).lower() != "llama3":
+    if fam.gguf_arch != "llama" or str(rp.get("rope_type", "")).lower() != "llama3":
         return {}
     dim, base = head_dim(cfg), rp["rope_theta"]
     freqs = 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.float32) / dim))
@@ -147,14 +132,14 @@ def extra_tensors(fam: Family, cfg: dict) -> dict:
 def check_supported(fam: Family, cfg: dict, where) -> None:
     """Refuse what llama.cpp would compute differently from transformers for this family."""
     def refuse(what: str):
-        raise ConfigError(f"{where}: {what}; llama.cpp's `{fam.arch}` cannot run it as "
+        raise ConfigError(f"{where}: {what}; llama.cpp's `{fam.gguf_arch}` cannot run it as "
                           f"transformers does, so mens does not write a GGUF of it (set "
                           f"export.gguf=[] and keep the merged HF dir).", key="export.gguf")
 
     rtype = str(_rope(cfg).get("rope_type") or "default").lower()
-    if rtype not in ("default", "linear") and not (rtype == "llama3" and fam.arch == "llama"):
+    if rtype not in ("default", "linear") and not (rtype == "llama3" and fam.gguf_arch == "llama"):
         refuse(f"rope_type `{rtype}`")
-    if fam.model_type.startswith("gemma"):
+    if fam.gguf_arch in ("gemma2", "gemma3"):
         hd, scalar = head_dim(cfg), cfg.get("query_pre_attn_scalar", head_dim(cfg))
         if scalar != hd:   # llama.cpp scales queries by 1/sqrt(head_dim) (27B: n_embd/n_head)
             refuse(f"query_pre_attn_scalar {scalar} != head_dim {hd}")
@@ -163,9 +148,9 @@ def check_supported(fam: Family, cfg: dict, where) -> None:
         if cfg.get("layer_types") and cfg["layer_types"] != want:
             refuse(f"layer_types {cfg['layer_types']} (llama.cpp assumes every {k}-th layer "
                    f"full, the others sliding)")
-        if fam.model_type == "gemma3_text" and cfg.get("attn_logit_softcapping"):
+        if fam.gguf_arch == "gemma3" and cfg.get("attn_logit_softcapping"):
             refuse("attn_logit_softcapping on Gemma 3")
-        if fam.model_type == "gemma2":    # llama.cpp's gemma2 graph always softcaps both
+        if fam.gguf_arch == "gemma2":    # llama.cpp's gemma2 graph always softcaps both
             off = [k for k in ("attn_logit_softcapping", "final_logit_softcapping")
                    if not cfg.get(k)]
             if off:
@@ -175,13 +160,13 @@ def check_supported(fam: Family, cfg: dict, where) -> None:
 def notes(fam: Family, cfg: dict) -> list[str]:
     """What the GGUF computes differently where it is not refused: said in the manifest."""
     out = []
-    if fam.model_type == "mistral" and cfg.get("sliding_window"):
+    if fam.window_every_layer and cfg.get("sliding_window"):
         out.append(f"mistral: llama.cpp runs it as arch `llama` without the sliding window "
                    f"({cfg['sliding_window']} tokens): outputs equal transformers' up to that "
                    f"context length only")
-    if fam.model_type.startswith("qwen") and cfg.get("use_sliding_window"):
+    if fam.gguf_arch in ("qwen2", "qwen3") and cfg.get("use_sliding_window"):
         out.append(f"{fam.model_type}: use_sliding_window is on in config.json but llama.cpp's "
-                   f"`{fam.arch}` attends to the whole context")
+                   f"`{fam.gguf_arch}` attends to the whole context")
     return out
 
 
@@ -203,14 +188,14 @@ def add_metadata(w, fam: Family, cfg: dict) -> None:
         import gguf
         w.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
         w.add_rope_scaling_factor(float(rope["factor"]))
-    if fam.arch == "llama":
+    if fam.gguf_arch == "llama":
         w.add_vocab_size(cfg["vocab_size"])
         w.add_rope_dimension_count(hd)
-    if fam.model_type == "gemma2":
+    if fam.gguf_arch == "gemma2":
         w.add_attn_logit_softcapping(float(cfg["attn_logit_softcapping"]))
         w.add_final_logit_softcapping(float(cfg["final_logit_softcapping"]))
         w.add_sliding_window(cfg["sliding_window"])
-    if fam.model_type == "gemma3_text":
+    if fam.gguf_arch == "gemma3":
         local = _rope(cfg, "sliding_attention").get("rope_theta", cfg.get("rope_local_base_freq"))
         if local is not None:
             w.add_rope_freq_base_swa(float(local))

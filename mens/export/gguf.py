@@ -60,12 +60,11 @@ def _ggml_type(name: str):
 
 
 def _tied(cfg: dict, hf_dir: Path) -> bool:
-    """Whether lm_head is the embedding: config.json, else the config class's default (Gemma
-    configs often leave it out and default to tied)."""
+    """Whether lm_head is the embedding: config.json, else the family row's default, which is
+    the config class's (Gemma configs often leave it out and default to tied)."""
     if "tie_word_embeddings" in cfg:
         return bool(cfg["tie_word_embeddings"])
-    from transformers import AutoConfig
-    return bool(AutoConfig.from_pretrained(str(hf_dir)).tie_word_embeddings)
+    return bool(arch.family_of(cfg, hf_dir).defaults["tie_word_embeddings"])
 
 
 def tensor_plan(src, hf_dir: Path, qtype: str) -> list[tuple[str | None, str, tuple, object]]:
@@ -85,7 +84,7 @@ def tensor_plan(src, hf_dir: Path, qtype: str) -> list[tuple[str | None, str, tu
         g = name_map.get_name(n, try_suffixes=(".weight", ".bias"))
         if g is None:
             raise ConfigError(f"{hf_dir}: tensor {n} has no GGUF name for llama.cpp's arch "
-                              f"`{fam.arch}` ({fam.model_type}); mens exports the families' "
+                              f"`{fam.gguf_arch}` ({fam.model_type}); mens exports the families' "
                               f"plain *ForCausalLM models only.", key="export.gguf")
         shape = tuple(src.shapes[n])
         t = _ggml_type(qtype)
@@ -166,7 +165,7 @@ def write_model_gguf(src, hf_dir: Path, out: Path, qtype: str, name: str) -> Pat
     fam = arch.family_of(cfg, hf_dir)
     extra = arch.extra_tensors(fam, cfg)
     with atomic_path(out) as tmp:
-        w = gguf.GGUFWriter(tmp, fam.arch)
+        w = gguf.GGUFWriter(tmp, fam.gguf_arch)
         _model_metadata(w, hf_dir, qtype, name)
         for _, g, shape, t in plan:           # header from shapes alone: nothing loaded yet
             byte_shape = gguf.quant_shape_to_byte_shape(shape, t)
@@ -210,7 +209,7 @@ def write_adapter_gguf(adapter, hf_dir: Path, out: Path, name: str) -> Path:
     arch.check_supported(fam, cfg, hf_dir)     # an adapter of a base llama.cpp can't run
     name_map = arch.name_map(fam, cfg)
     with atomic_path(out) as tmp:
-        w = gguf.GGUFWriter(tmp, fam.arch)     # llama.cpp requires the base's architecture
+        w = gguf.GGUFWriter(tmp, fam.gguf_arch)     # llama.cpp requires the base's architecture
         w.add_type(gguf.GGUFType.ADAPTER)
         w.add_name(name)
         w.add_string(gguf.Keys.Adapter.TYPE, "lora")

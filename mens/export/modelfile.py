@@ -17,6 +17,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from mens.source.families import FAMILIES
+
 CHATML_GO = ("{{- range .Messages }}<|im_start|>{{ .Role }}\n{{ .Content }}<|im_end|>\n"
              "{{ end }}<|im_start|>assistant\n")
 LLAMA3_GO = ("{{- range .Messages }}<|start_header_id|>{{ .Role }}<|end_header_id|>\n\n"
@@ -56,8 +58,9 @@ def modelfile_plan(hf_dir: Path | None) -> tuple[str | None, list[str], list[str
     from mens.export import arch
     tok = AutoTokenizer.from_pretrained(str(hf_dir))
     vocab = tok.get_vocab()
-    fam = arch.FAMILIES.get(arch.load_config(hf_dir).get("model_type"))
-    order = ([fam.chat] if fam else []) + [f for f in FORMATS if not fam or f != fam.chat]
+    fam = FAMILIES.get(arch.load_config(hf_dir).get("model_type"))
+    own = fam.chat if fam else None        # a family whose format mens has no template for: None
+    order = ([own] if own else []) + [f for f in FORMATS if f != own]
     if tok.chat_template:
         for fmt in order:
             go, stops = FORMATS[fmt]

@@ -69,12 +69,13 @@ def load_tokenizer(rung, notes: list[str] | None = None):
 def _family_of(rung):
     """The family row of a model_type string, an Arch, or a rung (its `family`, qwen3 when the
     rung predates the field)."""
-    from mens.source.families import family
     from mens.plan.memory import Arch
+    from mens.source.families import DEFAULT_FAMILY, family
 
     if isinstance(rung, str):
         return family(rung)
-    return family(rung.family if isinstance(rung, Arch) else (_field(rung, "family") or "qwen3"))
+    return family(rung.family if isinstance(rung, Arch) else
+                  (_field(rung, "family") or DEFAULT_FAMILY))
 
 
 def _dir_model_type(path: Path) -> str | None:
@@ -116,7 +117,7 @@ def hf_config(rung):
         keys = dict(zip(ARCH_KEYS, (rung.hidden, rung.intermediate, rung.layers, rung.heads,
                                     rung.kv_heads, rung.head_dim, rung.vocab, rung.tied)))
         # Qwen3's published values, as before; other families take their class defaults
-        optional = OPTIONAL if fam.model_type == "qwen3" else {
+        optional = OPTIONAL if fam.model_type == DEFAULT_FAMILY else {
             k: fam.defaults[k] for k in OPTIONAL}
         return cls(**keys, **optional)
     return cls(**{k: _field(rung, k) for k in ARCH_KEYS},

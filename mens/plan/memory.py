@@ -14,7 +14,7 @@ from typing import Mapping
 import yaml
 
 from mens.config.schema import LORA_TARGETS
-from mens.source.families import family
+from mens.source.families import DEFAULT_FAMILY, family
 from mens.resources import CONTRACT as CONTRACT_PATH
 DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
 GiB = 2**30
@@ -38,7 +38,7 @@ class Arch:
     head_dim: int        # d
     vocab: int           # V
     tied: bool
-    family: str = "qwen3"   # config.json's model_type (mens.source.families)
+    family: str = DEFAULT_FAMILY   # config.json's model_type (mens.source.families)
 
     @classmethod
     def of(cls, rung) -> "Arch":
@@ -48,7 +48,7 @@ class Arch:
         return cls(get("hidden_size"), get("intermediate_size"), get("num_hidden_layers"),
                    get("num_attention_heads"), get("num_key_value_heads"), get("head_dim"),
                    get("vocab_size"), bool(get("tie_word_embeddings")),
-                   get("family", None) or "qwen3")
+                   get("family", None) or DEFAULT_FAMILY)
 
     def linear_shapes(self) -> dict[str, tuple[int, int]]:
         """(in, out) of each linear layer in one decoder layer, by PEFT target name."""
@@ -59,13 +59,15 @@ class Arch:
 
     def params(self) -> dict[str, int]:
         """Exact parameter counts of the family's *ForCausalLM: linear weights, q/k/v biases
-        (Qwen2), q/k RMSNorm over head_dim (Qwen3, Gemma 3), 2 or 4 hidden-sized norms per
-        layer (4 in Gemma 2/3) plus the final norm, and an lm_head unless tied."""
+        (Qwen2), q/k RMSNorm over head_dim (Qwen3, Gemma 3) or over the whole q and k
+        projections (OLMo 2), 2 or 4 hidden-sized norms per layer (4 in Gemma 2/3) plus the
+        final norm, and an lm_head unless tied."""
         fam = family(self.family)   # ConfigError for one mens does not support
         linear = sum(a * b for a, b in self.linear_shapes().values())
         q, kv = self.heads * self.head_dim, self.kv_heads * self.head_dim
         biases = q + 2 * kv if fam.qkv_bias else 0
-        norms = fam.norms_per_layer * self.hidden + (2 * self.head_dim if fam.qk_norm else 0)
+        qk_norm = {"": 0, "head": 2 * self.head_dim, "proj": q + kv}[fam.qk_norm]
+        norms = fam.norms_per_layer * self.hidden + qk_norm
         embed = self.vocab * self.hidden
         lm_head = 0 if self.tied else embed
         total = embed + self.layers * (linear + biases + norms) + self.hidden + lm_head
@@ -298,7 +300,7 @@ def logits_bytes(arch: Arch, tokens: int, wb: int, m: Mapping, loss: str) -> int
     if loss != "chunked":
         return int(tokens * arch.vocab * (wb + 4 * m["logits_fp32_copies"]))
     rows = min(tokens, max(1, LOGITS_CHUNK_BYTES // (arch.vocab * 4)))
-    per = 4 + (wb if wb < 4 else 0) + (4 if arch.family == "gemma2" else 0)
+    per = 4 + (wb if wb < 4 else 0) + (4 if family(arch.family).softcap_logits else 0)
     return int(rows * arch.vocab * per + tokens * arch.hidden * wb)
 
 

@@ -21,6 +21,7 @@ from mens.plan.memory import (MIN_UNCALIBRATED_MARGIN, GiB, Arch, LaneModel, con
                               load_contract, stale_note)
 from mens.plan.planner import Plan, PlanRequest, plan, ways_out
 from mens.resources import CORPORA, option_names
+from mens.source.families import FAMILIES
 
 DATA_DIR = CORPORA   # each spoke's lengths.json (the length manifest) lives here
 SECTIONS = ("hw", "rung", "spoke", "data", "lane", "curriculum", "train", "plan", "logger")
@@ -90,12 +91,6 @@ def resolve_seq_len(cfg: DictConfig, notes: list[str], dataset=None) -> int:
     return seq
 
 
-# families whose attention the per-record path cannot express (soft-capping, sliding windows)
-NO_PER_RECORD = {"gemma2": "Gemma 2 soft-caps attention logits",
-                 "gemma3_text": "Gemma 3 attends through sliding windows",
-                 "mistral": "Mistral may attend through a sliding window"}
-
-
 def resolve_paths(cfg: DictConfig, lane, notes: list[str]) -> dict:
     """train.attention / loss / heap: auto → the contract's fitted paths; another choice is
     planned with its analytic terms, uncalibrated (said)."""
@@ -103,8 +98,9 @@ def resolve_paths(cfg: DictConfig, lane, notes: list[str]) -> dict:
     t, out = cfg.train, {}
     for key in ("attention", "loss", "heap"):
         v = fitted[key] if t[key] == schema.AUTO else t[key]
-        if key == "attention" and v == "per_record" and cfg.rung.family in NO_PER_RECORD:
-            notes.append(f"FALLBACK attention: {NO_PER_RECORD[cfg.rung.family]}; packed rows keep "
+        fam = FAMILIES.get(cfg.rung.family)     # its row says when per-record cannot express it
+        if key == "attention" and v == "per_record" and fam and fam.no_per_record:
+            notes.append(f"FALLBACK attention: {fam.no_per_record}; packed rows keep "
                          f"the 4-D block mask")
             v = "block_mask"
         if v != fitted[key]:

@@ -4,7 +4,7 @@ Pure data and arithmetic, no torch or transformers: the planner imports it. Each
 changes a family's parameter count (biases, q/k norms, norms per layer, tied head), how its
 defaults fill a config.json that leaves a key out, and what the loader and exporter call it.
 The defaults are transformers' own (its config classes, 5.x), so the planner's count equals
-what `from_pretrained` builds; tests/model/test_families.py checks both against transformers.
+what `from_pretrained` builds; tests/source/test_families.py checks both against transformers.
 """
 from __future__ import annotations
 
@@ -26,20 +26,36 @@ _GEMMA = {"hidden_size": 2304, "intermediate_size": 9216, "num_hidden_layers": 2
 
 @dataclass(frozen=True)
 class Family:
+    """Every per-family fact mens uses: what the planner counts, what the loader builds, which
+    attention the trainer may use, and what the exporter writes for llama.cpp. Adding a family
+    is one row here (plus, where llama.cpp's graph needs them, the export transforms in
+    mens/export/arch.py that read the row's gguf_arch / permute_qk / norm_shift / swa_every)."""
     model_type: str
     config_class: str            # transformers config class
     causal_lm_class: str         # transformers *ForCausalLM class
-    gguf_arch: str               # llama.cpp architecture name
+    gguf_arch: str               # llama.cpp architecture name (GGUF general.architecture)
     qkv_bias: bool = False       # q/k/v projections carry biases (o_proj does not)
-    qk_norm: bool = False        # RMSNorm over head_dim on queries and keys (2 × head_dim)
+    # RMSNorm on queries and keys: "head" — over head_dim, shared by the heads (2 × head_dim:
+    # Qwen3, Gemma 3); "proj" — over the whole q and k projections (heads·d + kv·d: OLMo 2)
+    qk_norm: str = ""
     norms_per_layer: int = 2     # hidden-sized RMSNorms per decoder layer
     lora_targets: tuple = LORA_TARGETS   # every linear layer of a decoder layer
-    # transformers' value when config.json omits the key. head_dim None: hidden // heads;
-    # num_key_value_heads None: = num_attention_heads.
+    # transformers' value when config.json omits the key (tie_word_embeddings: the tied-head
+    # default). head_dim None: hidden // heads; num_key_value_heads None: = num_attention_heads.
     defaults: Mapping = field(default_factory=dict)
     # The attention implementation the family needs whatever was asked, and why.
     attn: str | None = None
     attn_reason: str = ""
+    # Why packed rows cannot use per-record attention ("" when they can): the planner falls back
+    # to the 4-D block mask and says this.
+    no_per_record: str = ""
+    window_every_layer: bool = False   # config.sliding_window reaches every layer (Mistral)
+    softcap_logits: bool = False       # final logits soft-capped (a tanh over them: Gemma 2)
+    # Export (llama.cpp's convert_hf_to_gguf.py for the family; mens/export/arch.py applies them)
+    chat: str | None = None      # chat format of its instruct models (mens/export/modelfile.py)
+    permute_qk: bool = False     # LlamaModel.permute on q/k (and on a LoRA's q/k lora_b)
+    norm_shift: float = 0.0      # added to every *norm.weight (Gemma's (1 + w) RMSNorm)
+    swa_every: int = 0           # llama.cpp's hard-coded pattern: every n-th layer full
 
 
 def _defaults(**kw):
@@ -48,27 +64,46 @@ def _defaults(**kw):
     return {**base, **kw}
 
 
+_GEMMA_EXPORT = dict(chat="gemma", norm_shift=1.0)
 FAMILIES: dict[str, Family] = {f.model_type: f for f in (
     # Qwen2/2.5: biases on q/k/v only (hard-wired in Qwen2Attention, no attention_bias key)
-    Family("qwen2", "Qwen2Config", "Qwen2ForCausalLM", "qwen2", qkv_bias=True,
+    Family("qwen2", "Qwen2Config", "Qwen2ForCausalLM", "qwen2", qkv_bias=True, chat="chatml",
            defaults=_defaults(max_position_embeddings=32768, num_key_value_heads=32)),
-    Family("qwen3", "Qwen3Config", "Qwen3ForCausalLM", "qwen3", qk_norm=True,
+    Family("qwen3", "Qwen3Config", "Qwen3ForCausalLM", "qwen3", qk_norm="head", chat="chatml",
            defaults=_defaults(max_position_embeddings=32768, head_dim=128,
                               num_key_value_heads=32)),
-    Family("llama", "LlamaConfig", "LlamaForCausalLM", "llama",
+    Family("llama", "LlamaConfig", "LlamaForCausalLM", "llama", chat="llama3", permute_qk=True,
            defaults=_defaults(max_position_embeddings=2048)),
     # llama.cpp converts Mistral's dense models with its llama architecture
-    Family("mistral", "MistralConfig", "MistralForCausalLM", "llama",
+    Family("mistral", "MistralConfig", "MistralForCausalLM", "llama", chat="mistral",
+           permute_qk=True, window_every_layer=True,
+           no_per_record="Mistral may attend through a sliding window",
            defaults=_defaults(max_position_embeddings=131072, num_key_value_heads=8)),
     Family("gemma2", "Gemma2Config", "Gemma2ForCausalLM", "gemma2", norms_per_layer=4,
            defaults=_defaults(max_position_embeddings=8192, vocab_size=256000, **_GEMMA),
            attn="eager", attn_reason="Gemma 2 soft-caps attention logits, which only eager "
-                                     "attention implements (transformers refuses sdpa for it)"),
-    Family("gemma3_text", "Gemma3TextConfig", "Gemma3ForCausalLM", "gemma3", qk_norm=True,
+                                     "attention implements (transformers refuses sdpa for it)",
+           no_per_record="Gemma 2 soft-caps attention logits", softcap_logits=True,
+           swa_every=2, **_GEMMA_EXPORT),
+    Family("gemma3_text", "Gemma3TextConfig", "Gemma3ForCausalLM", "gemma3", qk_norm="head",
            norms_per_layer=4,
            defaults=_defaults(max_position_embeddings=131072, vocab_size=262208,
-                              rope_theta=1_000_000.0, **_GEMMA)),
+                              rope_theta=1_000_000.0, **_GEMMA),
+           no_per_record="Gemma 3 attends through sliding windows", swa_every=6,
+           **_GEMMA_EXPORT),
+    # OLMo 2: q/k RMSNorm over the whole projections, norms after attention and after the MLP
+    # (post_attention / post_feedforward, no pre-norms); llama.cpp's `olmo2` is NeoX-rope (no
+    # permutation). chat None: mens has no Go template of OLMo 2's own instruct format, so
+    # the Modelfile tries every one and says so when none renders like the tokenizer's.
+    Family("olmo2", "Olmo2Config", "Olmo2ForCausalLM", "olmo2", qk_norm="proj",
+           defaults=_defaults(max_position_embeddings=2048, rms_norm_eps=1e-5)),
 )}
+# The family of a rung or record written before rungs named one (Qwen3, the only family then).
+DEFAULT_FAMILY = "qwen3"
+# model_types outside FAMILIES whose config.sliding_window reaches every layer too (the
+# trainer's packed-attention check reads any transformers config, not only mens's families).
+WINDOW_EVERY_LAYER = {"mixtral", *(f.model_type for f in FAMILIES.values()
+                                   if f.window_every_layer)}
 # config.json model_types that wrap a supported text model in `text_config`
 WRAPPERS = {"gemma3": "gemma3_text"}
 SUPPORTED = ", ".join([*FAMILIES, *(f"{w} (its text_config)" for w in WRAPPERS)])
@@ -127,7 +162,7 @@ def rung_fields(config: Mapping, source: str, notes: list[str] | None = None) ->
         if config.get(key) is None and d.get(key) is None:
             raise ConfigError(f"{source} has no {key!r}: a {mt} config.json needs it to "
                               f"size the model; check the file (or its text_config).", key="rung")
-    # Llama, Qwen3 and Gemma can switch on biases; Arch counts none for them (no rung field)
+    # Llama, Qwen3, Gemma and OLMo 2 can switch on biases; Arch counts none for them
     for key in ("attention_bias", "mlp_bias"):
         if config.get(key) and not (fam.qkv_bias and key == "attention_bias"):
             raise ConfigError(f"{source} sets {key}: true; mens supports {mt} models without "

@@ -35,6 +35,8 @@ from __future__ import annotations
 
 import warnings
 
+from mens.source.families import WINDOW_EVERY_LAYER
+
 PACKED = "mens_packed"
 _last: list = [None, None, None]   # [position_ids tensor, its _version, segments]: one per forward
 
@@ -78,7 +80,7 @@ def supports_packed(config, seq_len: int | None = None) -> tuple[bool, str]:
         return False, f"{mt} has {sorted(kinds - {'full_attention', 'sliding_attention'})} layers{fallback}"
     window = getattr(c, "sliding_window", None)
     # Mistral passes config.sliding_window to every layer; Qwen2/3 and Gemma only to sliding ones
-    in_use = window is not None and ("sliding_attention" in kinds or mt in ("mistral", "mixtral")
+    in_use = window is not None and ("sliding_attention" in kinds or mt in WINDOW_EVERY_LAYER
                                      or getattr(c, "use_sliding_window", False))
     if in_use and (seq_len is None or window < seq_len):
         return False, (f"{mt} uses sliding-window attention ({window} tokens) shorter than the "

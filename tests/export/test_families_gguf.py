@@ -112,14 +112,14 @@ def test_gguf_keys_and_tensors_follow_the_converter(family_export):
     import gguf
     from transformers import AutoConfig
 
-    from mens.export.arch import FAMILIES as ARCH
+    from mens.source.families import FAMILIES as ARCH
 
     e = family_export
     cfg = json.loads((e["hf"] / "config.json").read_text())
     fam = ARCH[e["family"]]
     r = gguf.GGUFReader(e["f32"])
     f = {k: v.contents() for k, v in r.fields.items() if not k.startswith("GGUF.")}
-    a = fam.arch
+    a = fam.gguf_arch
     assert f["general.architecture"] == a
     assert f[f"{a}.attention.head_count_kv"] == cfg["num_key_value_heads"]
     assert f[f"{a}.attention.key_length"] == (cfg.get("head_dim") or 32)
@@ -132,6 +132,12 @@ def test_gguf_keys_and_tensors_follow_the_converter(family_export):
     if a == "gemma2":
         assert (f["gemma2.attn_logit_softcapping"], f["gemma2.final_logit_softcapping"],
                 f["gemma2.attention.sliding_window"]) == (50.0, 30.0, 8)
+    if a == "olmo2":    # q/k norms over the whole projections, post-attention/-ffw norms
+        assert {t.name: tuple(t.shape) for t in r.tensors if t.name.startswith("blk.0.")
+                and "norm" in t.name} == {"blk.0.attn_q_norm.weight": (128,),
+                                          "blk.0.attn_k_norm.weight": (64,),
+                                          "blk.0.post_attention_norm.weight": (128,),
+                                          "blk.0.post_ffw_norm.weight": (128,)}
     if a == "gemma3":
         assert f["gemma3.attention.sliding_window"] == 8
         assert f["gemma3.rope.freq_base"] == 1e6 and f["gemma3.rope.freq_base_swa"] == 1e4
@@ -150,7 +156,8 @@ def test_modelfile_template_is_the_familys_chat_format(family_export):
     assert c["template"] and not c["template_mismatches"] and not c["missing_files"]
     assert c["stops_are_tokens"] and c["stops"]
     want = {"qwen2": CHATML_GO, "qwen3": CHATML_GO, "llama": LLAMA3_GO, "mistral": MISTRAL_GO,
-            "gemma2": GEMMA_GO, "gemma3_text": GEMMA_GO}[e["family"]]
+            "gemma2": GEMMA_GO, "gemma3_text": GEMMA_GO,
+            "olmo2": CHATML_GO}[e["family"]]    # the tiny OLMo 2's ChatML (row: chat None)
     assert f'TEMPLATE """{want}"""' in text
 
 

@@ -32,17 +32,25 @@ def test_plan_of_llama_31_8b_from_a_cached_config_is_exact(tmp_path, monkeypatch
     assert plan.fits and any("tokenizer" in n for n in spec.notes)
 
 
-def test_a_tiny_llama_from_a_directory_trains_exports_and_matches_llama_cpp(tmp_path,
+# family: a string its Modelfile's chat template holds (the tiny OLMo 2's tokenizer is ChatML)
+TRAINED = {"llama": "<|start_header_id|>", "olmo2": "<|im_start|>"}
+
+
+# OLMo 2's run is marked slow (~1 min, `make test-full`) to keep `make test` within its 20 minutes;
+# the fast suite still builds, steps and exports it (tests/source, tests/export/test_families_gguf)
+@pytest.mark.parametrize("family", ["llama", pytest.param("olmo2", marks=pytest.mark.slow)])
+def test_a_tiny_model_from_a_directory_trains_exports_and_matches_llama_cpp(family, tmp_path,
                                                                            monkeypatch, capsys):
+    """Llama 3, and OLMo 2 — the family added as one Family row — end to end."""
     pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed: `make install`")
     from mens.cli.export import main as export
     from mens.config.compose import compose
     from mens.plan.output import plan_run
     from mens.train.run import train_run
 
-    hf = tmp_path / "llama"
-    tok = make_tokenizer("llama", hf)
-    make_model("llama", hf, len(tok))
+    hf = tmp_path / family
+    tok = make_tokenizer(family, hf)
+    make_model(family, hf, len(tok))
     data = write_jsonl(tmp_path / "chat.jsonl", chat_records(120))
     run = tmp_path / "run"
     cfg = compose([*FAST_TRAIN, "+rung=hf", f"rung.path={hf}", "data=file", f"data.path={data}",
@@ -50,7 +58,7 @@ def test_a_tiny_llama_from_a_directory_trains_exports_and_matches_llama_cpp(tmp_
                    "lane.optimizer.lr=1e-2",
                    "train.eval_max_records=8", "data.eval_fraction=0.1"])
     spec, plan = plan_run(cfg, run, "train")
-    assert spec.rung.family == "llama" and spec.rung.path == str(hf)
+    assert spec.rung.family == family and spec.rung.path == str(hf)
     summary = train_run(spec, plan, run)
     assert summary["steps"] == 8 and summary["data"] == "file:chat"
     adapter = json.loads((run / "adapter" / "adapter_config.json").read_text())
@@ -63,8 +71,8 @@ def test_a_tiny_llama_from_a_directory_trains_exports_and_matches_llama_cpp(tmp_
     manifest = json.loads((run / "export" / "export.json").read_text())
     assert manifest["verify"]["ok"] and "verify: OK" in out
     modelfile = (run / "export" / "Modelfile").read_text()
-    assert "<|start_header_id|>" in modelfile   # Llama 3's chat format, not ChatML
-    # serve follows the family: the Llama base + its adapter answer an OpenAI client
+    assert TRAINED[family] in modelfile   # Llama 3's chat format, not ChatML
+    # serve follows the family: the base + its adapter answer an OpenAI client
     from openai import OpenAI
     from serve_util import running_server
 

@@ -160,7 +160,7 @@ def test_unknown_model_type_names_the_file_and_families():
         rung_fields({"model_type": "phi3", **TINY}, "/models/phi/config.json")
     msg = e.value.message
     assert "/models/phi/config.json" in msg and "'phi3'" in msg
-    for fam in ("qwen2", "qwen3", "llama", "mistral", "gemma2", "gemma3_text", "gemma3"):
+    for fam in ("qwen2", "qwen3", "llama", "mistral", "gemma2", "gemma3_text", "gemma3", "olmo2"):
         assert fam in msg
     with pytest.raises(ConfigError):
         Arch(64, 128, 2, 4, 2, 16, 128, False, "phi3").params()
@@ -205,3 +205,25 @@ def test_gemma_config_naming_nothing_is_the_class_default_model(family, tmp_path
     d = model_dir(tmp_path, {"model_type": family})
     counted, _ = meta_count(d)
     assert Arch.of(rung_fields({"model_type": family}, "c.json")).params()["total"] == counted
+
+
+def test_every_row_names_a_llama_cpp_arch_a_chat_format_and_linear_targets():
+    """A row's export facts point at things that exist: gguf-py's architecture names, mens's
+    chat formats (or None: the Modelfile then tries them all), the decoder's linear layers."""
+    import gguf
+
+    from mens.export.modelfile import FORMATS
+
+    linear = Arch(**{k: 1 for k in ("hidden", "intermediate", "layers", "heads", "kv_heads",
+                                    "head_dim", "vocab")}, tied=False).linear_shapes()
+    for f in FAMILIES.values():
+        assert f.gguf_arch in gguf.MODEL_ARCH_NAMES.values(), f
+        assert f.chat is None or f.chat in FORMATS, f
+        assert set(f.lora_targets) <= set(linear) and f.qk_norm in ("", "head", "proj"), f
+
+
+def test_olmo2_qk_norms_span_the_whole_projections():
+    """OLMo 2 normalises all of q (heads·d) and k (kv_heads·d), not one head_dim as Qwen3."""
+    olmo, qwen = (Arch(64, 128, 2, 4, 2, 16, 128, False, f).params() for f in ("olmo2", "qwen3"))
+    assert olmo["norms"] == 2 * (2 * 64 + 4 * 16 + 2 * 16) + 64
+    assert qwen["norms"] == 2 * (2 * 64 + 2 * 16) + 64
