@@ -450,6 +450,8 @@ class StudioConfig:
     datasets: str = "datasets"       # the data studio's dataset dirs (mens data synth / curate)
     recipes: str = "conf/recipe"     # where `save as recipe` writes NAME.yaml (+recipe=NAME finds it)
     max_body_bytes: int = 65536      # a larger request body gets 413
+    # more Host names it answers to beyond its bound addresses (a DNS name, a proxy's name:port)
+    allowed_hosts: List[str] = field(default_factory=list)
 
 
 @dataclass

@@ -174,7 +174,9 @@ def build_app(cfg: DictConfig, host: str, port: int, token: str | None = None):
             "spoke": spokes()}
 
     app.router.on_shutdown.append(procs.stop_all)
-    return Guard(app, allowed_hosts(host, port), token, st.max_body_bytes)
+    local = host in ("127.0.0.1", "localhost", "::1")
+    return Guard(app, allowed_hosts(host, port, st.allowed_hosts), token, st.max_body_bytes,
+                 token_first=not local)
 
 
 def recipe_yaml(name: str, overrides: list[str]) -> str:

@@ -19,44 +19,62 @@ LOCAL_NAMES = ("127.0.0.1", "localhost", "[::1]")
 COOKIE = "mens_studio_token"
 
 
-def allowed_hosts(host: str, port: int) -> set[str]:
-    """The Host header values this studio answers to (name:port, lower case)."""
+WILDCARDS = ("0.0.0.0", "::", "")
+
+
+def interface_addresses() -> set[str]:
+    """Every address of this machine's network interfaces (psutil), IPv6 ones bracketed and
+    without a zone: the names a browser elsewhere puts in Host when it opens the studio by IP."""
+    import psutil
+
+    out = set()
+    for addrs in psutil.net_if_addrs().values():
+        for a in addrs:
+            if a.family == socket.AF_INET:
+                out.add(a.address)
+            elif a.family == socket.AF_INET6:
+                out.add(f"[{a.address.split('%')[0]}]")
+    return out
+
+
+def allowed_hosts(host: str, port: int, extra=()) -> set[str]:
+    """The Host header values this studio answers to (name:port, lower case): the loopback
+    names; beyond localhost its own names and every address it is bound to — each interface's
+    address for a wildcard bind (0.0.0.0, ::) — plus `studio.allowed_hosts` (a name, or
+    name:port for a proxy that forwards another port)."""
     names = set(LOCAL_NAMES)
     if host not in ("127.0.0.1", "localhost", "::1"):
-        # bound beyond localhost (token required): its own names and the bind address
-        names |= {host if ":" not in host else f"[{host}]", socket.gethostname(),
-                  socket.getfqdn()}
-    return {f"{n}:{port}".lower() for n in names if n and n not in ("0.0.0.0", "[::]")}
+        # bound beyond localhost (token required): its own names and the bound addresses
+        names |= {socket.gethostname(), socket.getfqdn()}
+        names |= interface_addresses() if host in WILDCARDS else \
+            {host if ":" not in host else f"[{host}]"}
+    out = {f"{n}:{port}".lower() for n in names if n and n not in ("0.0.0.0", "[::]")}
+    for e in extra or ():
+        e = str(e).strip().lower()
+        out.add(e if e.rpartition(":")[2].isdigit() and not e.endswith("]") else f"{e}:{port}")
+    return out
 
 
 class Guard:
-    def __init__(self, app, hosts: set[str], token: str | None, max_body: int):
+    """token_first: check the token before Host and Origin (a bind beyond localhost): a caller
+    without it learns nothing, not even which names the studio answers to."""
+    def __init__(self, app, hosts: set[str], token: str | None, max_body: int,
+                 token_first: bool = False):
         self.app, self.hosts, self.token, self.max_body = app, hosts, token, max_body
+        self.token_first = bool(token) and token_first
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         h = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
-        host = h.get("host", "").lower()
-        if host not in self.hosts:
-            return await deny(send, 403, f"Host `{host}` is not this studio's (DNS rebinding "
-                                         f"guard): open it as http://{sorted(self.hosts)[0]}/")
-        origin = h.get("origin")
-        if origin is not None and origin.lower().rstrip("/") not in \
-                {f"http://{x}" for x in self.hosts}:
-            return await deny(send, 403, f"cross-origin request from `{origin}` refused")
-        if h.get("sec-fetch-site") == "cross-site":
-            return await deny(send, 403, "cross-site request refused")
-        set_cookie = None
-        if self.token:
-            given = _bearer(h.get("authorization", "")) or _cookie(h.get("cookie", ""), COOKIE)
-            if scope["path"] == "/" and not given:
-                given = (parse_qs(scope.get("query_string", b"").decode()).get("token") or
-                         [None])[0]
-                set_cookie = given
-            if not given or not hmac.compare_digest(given.encode(), self.token.encode()):
-                return await deny(send, 401, "a valid studio token is required (the value of "
-                                             "the variable studio.token_env names)")
+        set_cookie, refused = None, None
+        if self.token_first:
+            set_cookie, refused = self.check_token(scope, h)
+        refused = refused or self.check_host(h)
+        if not self.token_first and not refused and self.token:
+            set_cookie, refused = self.check_token(scope, h)
+        if refused:
+            return await deny(send, *refused)
         try:
             length = int(h.get("content-length") or 0)
         except ValueError:
@@ -92,6 +110,35 @@ class Guard:
             await send(msg)
 
         return await self.app(scope, replay, send_cookie)
+
+
+    def check_host(self, h: dict) -> tuple[int, str] | None:
+        """403 for a foreign Host (DNS rebinding) or a cross-site request; else None."""
+        host = h.get("host", "").lower()
+        if host not in self.hosts:
+            return 403, (f"Host `{host}` is not this studio's (DNS rebinding guard): open it as "
+                         f"http://{sorted(self.hosts)[0]}/, or add the name to "
+                         f"studio.allowed_hosts")
+        origin = h.get("origin")
+        if origin is not None and origin.lower().rstrip("/") not in \
+                {f"http://{x}" for x in self.hosts}:
+            return 403, f"cross-origin request from `{origin}` refused"
+        if h.get("sec-fetch-site") == "cross-site":
+            return 403, "cross-site request refused"
+        return None
+
+    def check_token(self, scope, h: dict) -> tuple[str | None, tuple[int, str] | None]:
+        """(the token to set as a cookie, or None; 401 when no valid token came)."""
+        set_cookie = None
+        given = _bearer(h.get("authorization", "")) or _cookie(h.get("cookie", ""), COOKIE)
+        if scope["path"] == "/" and not given:
+            given = (parse_qs(scope.get("query_string", b"").decode()).get("token") or
+                     [None])[0]
+            set_cookie = given
+        if not given or not hmac.compare_digest(given.encode(), self.token.encode()):
+            return None, (401, "a valid studio token is required (the value of the variable "
+                               "studio.token_env names)")
+        return set_cookie, None
 
 
 def _bearer(value: str) -> str | None:
