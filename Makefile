@@ -32,8 +32,12 @@ $(STAMP): pyproject.toml Makefile
 	$(PIP) install -q --upgrade pip
 	@$(PY) -c "import torch" 2>/dev/null || \
 	  $(PIP) install -q torch==$(TORCH_VERSION) $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
+	@# the distribution was called `mens` before it became mens-compiler (PyPI's mens is another
+	@# project): an older editable install of this checkout under that name goes first
+	@$(PY) -c "import importlib.metadata as m; m.distribution('mens')" 2>/dev/null && \
+	  $(PIP) uninstall -q -y mens || true
 	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(PIP) install -q -e '.[dev]'
-	@# SkyPilot (mens[cloud]) pins click<8.2, which huggingface_hub and wandb outgrew: the tests
+	@# SkyPilot (mens-compiler[cloud]) pins click<8.2, which huggingface_hub and wandb outgrew: the tests
 	@# parse `mens cloud launch`'s YAML with SkyPilot's own parser in a venv of its own
 	@test -x $(SKY_VENV)/bin/python || $(PYTHON) -m venv $(SKY_VENV)
 	@$(SKY_VENV)/bin/python -c "import sky" 2>/dev/null || \

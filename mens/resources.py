@@ -21,6 +21,9 @@ def _package_dir(package: str) -> Path:
     return Path(str(files(package)))
 
 
+# The distribution's name (the import name and the `mens` command stay `mens`): PyPI's `mens` is
+# an unrelated project, so nothing may install mens by that name.
+DIST = "mens-compiler"
 CONF_DIR = _package_dir("mens.conf")
 RECIPES_DIR = _package_dir("mens.recipes")
 EVIDENCE_DIR = _package_dir("mens.evidence")

@@ -3,11 +3,13 @@
 The offer is `cloud.offer` (provider:GPU:count), else the cheapest on-demand offer that fits.
 The run is planned here on the offer's tier and GPU count, and spec.yaml is written into the run
 dir with that shape resolved (seq_len, micro_batch, grad_accum, checkpointing, hw tier and
-devices). The remote command is `python -m mens rerun=<that run dir>`: the remote re-plans the
+devices). The remote installs the very mens that planned the run — the synced checkout, or a
+wheel of the installed package shipped with the task (mens.cloud.wheel) — and gets HF_TOKEN and
+WANDB_API_KEY as SkyPilot secrets by name. The remote command is `python -m mens rerun=<that run dir>`: the remote re-plans the
 same pinned shape and refuses (exit 3) if it does not fit there, rather than deriving another —
 the estimate that rented the GPU and the run on it cannot disagree.
 
-With SkyPilot installed (`pip install 'mens[cloud]'`) and credentials for the provider, it runs
+With SkyPilot installed (`pip install 'mens-compiler[cloud]'`) and credentials for the provider, it runs
 `sky launch`; otherwise it prints the command and exits 0. Nothing here touches the network
 except that `sky launch`.
 """
@@ -82,8 +84,18 @@ def git_commit(root: Path) -> tuple[str | None, bool]:
     return head.stdout.strip(), bool(dirty.stdout.strip())
 
 
+SECRETS = ("HF_TOKEN", "WANDB_API_KEY")   # passed by name (`sky launch --secret NAME`)
+REMOTE_WHEEL = "~/mens/wheel"
+
+
+def secrets_here() -> list[str]:
+    """The secrets set in this environment: the remote gets them by name, never as values."""
+    return [name for name in SECRETS if os.environ.get(name)]
+
+
 def task_yaml(cfg: DictConfig, o: Offer, spec, run_dir: Path) -> dict:
-    """The SkyPilot task: resources from the offer, mens installed at this commit, the run
+    """The SkyPilot task: resources from the offer, the exact mens that planned the run (the
+    synced checkout, or a wheel of the installed package shipped as a file mount), the run
     re-launched from its spec with the shape pinned, the run dir and data files mounted."""
     import importlib.metadata as md
 
@@ -101,18 +113,28 @@ def task_yaml(cfg: DictConfig, o: Offer, spec, run_dir: Path) -> dict:
     mounts = {REMOTE_RUN: str(run_dir.resolve())}
     for path in _data_files(spec):   # the user's data at the same absolute path as in spec.yaml
         mounts[path] = path
-    task["file_mounts"] = mounts
-    task["envs"] = {"MENS_COMMIT": commit or "", "WANDB_MODE": "offline"}
+    secrets = secrets_here()
+    task["envs"] = {"MENS_COMMIT": commit or "",
+                    # online where a wandb key goes with the run (a secret), else offline
+                    "WANDB_MODE": "online" if "WANDB_API_KEY" in secrets else "offline"}
+    if secrets:   # names only: `sky launch --secret NAME` takes each value from this environment
+        task["secrets"] = {name: None for name in secrets}
     if SOURCE_CHECKOUT:   # the checkout is synced as the workdir and installed from there
         task["workdir"] = str(root)
         install = ('pip install -e ".[slurm]"  # mens from the synced checkout'
                    + (f" at {commit[:12]}" if commit else ""))
         check = ('test -z "$MENS_COMMIT" || test ! -d .git || test "$(git rev-parse HEAD)" = '
                  '"$MENS_COMMIT"  # the synced tree is the commit planned here')
-    else:
-        version = md.version("mens")
-        install = f'pip install "mens[slurm]=={version}"'
+    else:                 # never a name lookup on an index: the wheel of this very install
+        from mens.cloud.wheel import installed_wheel
+
+        wheel = installed_wheel(run_dir / "wheel")
+        remote = f"{REMOTE_WHEEL}/{wheel.name}"
+        mounts[remote] = str(wheel.resolve())
+        install = (f'pip install "{remote.replace("~", "$HOME", 1)}[slurm]"  # the exact mens '
+                   f'that planned this run (shipped, not fetched)')
         check = "true"
+    task["file_mounts"] = mounts
     task["setup"] = "\n".join([
         "set -e",
         f'pip install "torch=={torch}"  # first, pinned, as `make install` does',
@@ -194,12 +216,13 @@ def launch_run(cfg: DictConfig, out_dir: Path) -> int:
     run = RunDir(out_dir)
     task = task_yaml(cfg, o, spec, out_dir)
     path = run.write_text(SKY_YAML, dump(task))
-    cmd = [sky_cli() or "sky", "launch", "-c", task["name"], str(path)]
+    cmd = [sky_cli() or "sky", "launch", "-c", task["name"], str(path),
+           *(a for name in task.get("secrets", {}) for a in ("--secret", name))]
     print(f"wrote {path}")
     if sky_available() and has_credentials(o.provider):
         print(f"mens: launching: {shlex.join(cmd)}")
         return subprocess.call(cmd)
-    why = "SkyPilot is not installed (`pip install 'mens[cloud]'`)" if not sky_available() else \
+    why = "SkyPilot is not installed (`pip install 'mens-compiler[cloud]'`)" if not sky_available() else \
         f"no {o.provider} credentials found ({', '.join(CREDENTIALS.get(o.provider, []))}; " \
         f"`sky check {o.provider}` says how to add them)"
     print(f"mens: note: not launched: {why}. To launch:\n  {shlex.join(cmd)}\n"

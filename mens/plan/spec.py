@@ -297,11 +297,13 @@ def _tier_budgets(hw) -> dict:
 
 
 def _versions() -> dict:
+    from mens.resources import DIST   # mens's distribution name (PyPI's `mens` is another)
+
     out = {}
     for pkg in ("mens", "hydra-core", "omegaconf", "torch", "lightning", "transformers", "peft",
                 "bitsandbytes"):
         try:
-            out[pkg] = md.version(pkg)
+            out[pkg] = md.version(DIST if pkg == "mens" else pkg)
         except md.PackageNotFoundError:
             out[pkg] = None
     return out

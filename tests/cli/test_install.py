@@ -27,7 +27,7 @@ def installed(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("install")
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
                     "-q", "-w", str(tmp / "wheel"), str(ROOT)], check=True, capture_output=True)
-    wheel = next((tmp / "wheel").glob("mens-*.whl"))
+    wheel = next((tmp / "wheel").glob("mens_compiler-*.whl"))
     venv.EnvBuilder(with_pip=False).create(tmp / "v")
     py = tmp / "v" / "bin" / "python"
     site = Path(subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
@@ -96,3 +96,56 @@ def test_train_from_an_empty_directory(installed, tmp_path):
     assert p.returncode == 0, p.stderr[-2000:]
     summary = next((tmp_path / "outputs").glob("*/*_train/summary.json"))
     assert json.loads(summary.read_text())["steps"] == 2
+
+
+def _fresh_site(tmp: Path, wheel: Path) -> tuple[Path, Path]:
+    """(python, site-packages) of a fresh venv holding `wheel`, deps from the dev venv."""
+    venv.EnvBuilder(with_pip=False).create(tmp)
+    py = tmp / "bin" / "python"
+    site = Path(subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()"
+                                "['purelib'])"], check=True, capture_output=True,
+                               text=True).stdout.strip())
+    (site / "deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index",
+                    "--target", str(site), str(wheel)], check=True, capture_output=True)
+    return py, site
+
+
+def test_cloud_launch_ships_the_installed_mens_as_a_wheel(installed, tmp_path):
+    """Outside a checkout, `mens cloud launch` ships a wheel of the very mens installed (never
+    a name looked up on an index: PyPI's `mens` is another project), SkyPilot parses the task,
+    the secrets go by name only, and the shipped wheel installs and plans in a fresh venv."""
+    import yaml
+
+    from cloud.test_launch import sky_parse
+
+    py, site, _ = installed
+    work = tmp_path / "empty"
+    work.mkdir()
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "WANDB_MODE": "offline",
+           "HF_TOKEN": "hf_test_value_never_written"}
+    # the [project.scripts] entry, run by the fresh venv's python (as in the test above)
+    res = subprocess.run([str(py), str(site / "bin" / "mens"), "cloud", "launch", "+rung=8b",
+                          "lane=qlora"], cwd=work, env=env, capture_output=True, text=True,
+                         timeout=300)
+    assert res.returncode == 0, res.stderr[-3000:]
+    sky = next(work.glob("outputs/*/*/sky.yaml"))
+    text = sky.read_text()
+    task = yaml.safe_load(text)
+    setup = task["setup"]
+    assert "mens_compiler-" in setup and ".whl[slurm]" in setup and "-e ." not in setup
+    assert "mens[" not in setup and "pip install mens" not in setup
+    shipped = {k: Path(v) for k, v in task["file_mounts"].items() if k.endswith(".whl")}
+    (remote, wheel), = shipped.items()
+    assert remote.startswith("~/mens/wheel/") and wheel.is_file() and wheel.parent.parent == \
+        sky.parent
+    assert task["secrets"] == {"HF_TOKEN": None} and "hf_test_value" not in text
+    assert "--secret HF_TOKEN" in res.stdout
+    parsed = sky_parse(sky)
+    assert remote in parsed["file_mounts"]
+    # the shipped wheel, installed alone into another fresh venv, plans from an empty dir
+    py2, site2 = _fresh_site(tmp_path / "v2", wheel)
+    ok = run(py2, site2, work, "-c", "import mens; print(mens.__file__)")
+    assert ok.stdout.strip().startswith(str(site2)), ok.stdout + ok.stderr
+    plan = run(py2, site2, work, "-m", "mens.plan", "+hw=h200", "+rung=0.6b")
+    assert plan.returncode == 0, plan.stderr[-2000:]
