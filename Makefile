@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 PYTHON ?= python3
-# torch is installed first, pinned, so that the project's `torch>=2.4` is already satisfied:
+# torch is installed first, pinned, so that the project's `torch>=2.13` is already satisfied:
 #  - Linux: `pip install torch==2.13.0` (this workplace's pip takes the CPU wheel from local
 #    disk; elsewhere PyPI serves the CUDA build, right for NVIDIA machines). For a CPU-only
 #    wheel elsewhere: make install TORCH_INDEX=https://download.pytorch.org/whl/cpu
