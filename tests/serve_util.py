@@ -7,6 +7,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -88,3 +89,28 @@ def vox_prompts(n: int) -> list[list[dict]]:
         if len(out) == n:
             break
     return out
+
+
+@contextmanager
+def serving(app):
+    """uvicorn on a free 127.0.0.1 port in a thread, as `python -m mens.serve` runs it."""
+    import uvicorn
+
+    from mens.serve.limits import h11_with_431
+    from mens.serve.server import bind_socket
+
+    sock = bind_socket("127.0.0.1", 0)
+    server = uvicorn.Server(uvicorn.Config(app, http=h11_with_431(), lifespan="off",
+                                           log_level="critical"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.time() + 300   # a loaded 2-core box can take its time
+    while not server.started:
+        assert thread.is_alive() and time.time() < deadline, "uvicorn did not start"
+        time.sleep(0.05)
+    try:
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+    finally:
+        server.should_exit = True
+        thread.join(30)
+        sock.close()

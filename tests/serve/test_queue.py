@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from mens.serve.admission import Admission, QueueFull
-from test_requests import serving
+from serve_util import serving
 
 
 def test_admission_counts_one_running_and_max_queue_waiting():

@@ -3,40 +3,12 @@ this process (real Slots on the tiny base + the tiny run's adapter): every field
 implement is a 400 naming them all; an exception on the model thread is a JSON 500."""
 from __future__ import annotations
 
-import threading
-import time
-from contextlib import contextmanager
 
 import httpx
 import openai
 import pytest
 
-from serve_util import vox_prompts
-
-
-@contextmanager
-def serving(app):
-    """uvicorn on a free 127.0.0.1 port in a thread, as `python -m mens.serve` runs it."""
-    import uvicorn
-
-    from mens.serve.limits import h11_with_431
-    from mens.serve.server import bind_socket
-
-    sock = bind_socket("127.0.0.1", 0)
-    server = uvicorn.Server(uvicorn.Config(app, http=h11_with_431(), lifespan="off",
-                                           log_level="critical"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.time() + 300   # a loaded 2-core box can take its time
-    while not server.started:
-        assert thread.is_alive() and time.time() < deadline, "uvicorn did not start"
-        time.sleep(0.05)
-    try:
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
-    finally:
-        server.should_exit = True
-        thread.join(30)
-        sock.close()
+from serve_util import serving, vox_prompts
 
 
 @pytest.fixture(scope="module")
