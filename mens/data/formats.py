@@ -30,8 +30,9 @@ SHAREGPT_ROLES = {"system": "system", "human": "user", "user": "user", "gpt": "a
 
 
 def kind(rec: dict) -> Kind:
-    """A mens record's kind. A pair is told by its `prompt` (a chat's prompt is in its messages;
-    corpus validation reports a pair's missing `chosen` as such), a text by its `text`."""
+    """A mens record's kind. A pair is told by its `prompt` (a chat keeps its prompt inside
+    `messages`), so a corpus pair that lacks `chosen` is reported as that, not as a chat without
+    `messages`; a text by its `text`."""
     if "prompt" in rec:
         return "pair"
     return "text" if "text" in rec else "chat"
