@@ -105,11 +105,12 @@ def _spoke_of(run: Path) -> str:
 
 def _prompts(spoke: str) -> list[list[dict]]:
     from mens.data.corpus import load_eval
+    from mens.data.formats import kind
     from mens.config.options import load_option
 
     out = []
     for r in load_eval(load_option("spoke", spoke)):
-        if "messages" in r:
+        if kind(r) == "chat":
             msgs = r["messages"]
             last_user = max(i for i, m in enumerate(msgs) if m["role"] == "user")
             out.append(msgs[:last_user + 1])

@@ -138,6 +138,7 @@ def _kl_along(slots_a, slot_a, slots_b, slot_b, prompt: list[int], answer: list[
 def before_after(run: Path, n_prompts: int, max_tokens: int) -> dict:
     from tqdm.auto import tqdm
 
+    from mens.data.formats import kind, turns
     from mens.data.select import eval_records
     from mens.serve.generate import GenRequest, generate
     from mens.train.evaluate import eval_sets
@@ -149,7 +150,7 @@ def before_after(run: Path, n_prompts: int, max_tokens: int) -> dict:
     sets = {role: (name, [x[0] if isinstance(x, tuple) else x for x in exs])
             for role, (name, exs) in eval_sets(spec, b_slots.tokenizer).items()}
     loss_base, loss_after = eval_sets_loss(b_slots, b, sets), eval_sets_loss(a_slots, a, sets)
-    recs = [r if "messages" in r else {**r, "messages": r["prompt"] + r["chosen"]}
+    recs = [r if kind(r) == "chat" else {**r, "messages": turns(r)}
             for r in eval_records(spec)["eval"][1]][:n_prompts]
     rows = []
     for r in tqdm(recs, desc="compare: generate base and tuned", unit="prompt", leave=False):

@@ -20,6 +20,7 @@ import random
 from pathlib import Path
 from typing import Iterator
 
+from mens.data.formats import kind, turns
 from mens.errors import ConfigError, DataError  # noqa: F401  (DataError: raised here)
 from mens.resources import CORPORA
 
@@ -50,7 +51,7 @@ def validate(rec) -> tuple[str, str] | None:
     """(key, what is wrong) for the first schema violation, or None for a valid record."""
     if not isinstance(rec, dict):
         return "record", "each line must be one JSON object"
-    pair = "prompt" in rec
+    pair = kind(rec) == "pair"
     for k in COMMON_KEYS + (("prompt", "chosen", "rejected") if pair else ("messages",)):
         if k not in rec:
             return k, f"missing key `{k}`"
@@ -113,7 +114,8 @@ def _get(cfg, key: str, default=None):
 
 
 def is_pair(rec: dict) -> bool:
-    return "prompt" in rec
+    """kind(rec) == "pair" (kept for the callers that filter corpus records by it)."""
+    return kind(rec) == "pair"
 
 
 def _filter(recs: list[dict], min_rating: float, counts: dict) -> list[dict]:
@@ -229,7 +231,7 @@ def load_eval(spoke_cfg, data_dir: Path | str = DATA_DIR) -> list[dict]:
 
 def render(rec: dict, answer: str = "chosen") -> str:
     """ChatML text of a record as the trainer sees it; a pair renders prompt + `answer`."""
-    msgs = rec["prompt"] + rec[answer] if is_pair(rec) else rec["messages"]
+    msgs = turns(rec, answer)
     return "".join(CHATML.format(role=m["role"], content=m["content"]) for m in msgs)
 
 

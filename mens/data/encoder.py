@@ -14,6 +14,7 @@ import hashlib
 import sys
 from pathlib import Path
 
+from mens.data.formats import kind, turns
 from mens.data.template import ChatTemplate
 from mens.errors import ConfigError
 
@@ -79,9 +80,9 @@ class RunEncoder:
 
     def marked(self, rec: dict) -> str:
         """One record rendered through the template, supervised text in ⟦…⟧."""
-        if "text" in rec:
+        if kind(rec) == "text":
             return f"⟦{rec['text']}⟧ (+ EOS)"
-        msgs = rec["prompt"] + rec["chosen"] if "chosen" in rec else rec["messages"]
+        msgs = turns(rec)
         text, spans, _ = self.template.render_spans(msgs, self.options)
         out, at = [], 0
         for a, b in spans:

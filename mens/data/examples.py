@@ -8,6 +8,7 @@ and counted (`unsupervised_records_skipped`), never dropped silently. A plain-te
 """
 from __future__ import annotations
 
+from mens.data.formats import kind
 from mens.data.pack import IGNORE, Example
 
 
@@ -56,7 +57,7 @@ def examples_for(records, tokenizer, spec, phases, pairs: bool, max_len: int | N
             if supervised(c_lab, r_lab):
                 out[r["id"]] = (Example(c_ids, c_lab, phase, r["id"]),
                                 Example(r_ids, r_lab, phase, r["id"]), len(out))   # + pair index
-        elif "text" in r:
+        elif kind(r) == "text":
             for ex in _text_examples(enc, r, max_len, phase, stats):
                 out[ex.record_id] = ex
         else:

@@ -1,8 +1,14 @@
-"""One user record (any supported format) → mens's record: chat `messages`, a preference pair
-(`prompt`, `chosen`, `rejected` as message lists) or plain `text`.
+"""One user record (any supported format) → mens's record, and the one place that tells a
+record's kind.
 
-Formats, detected from the record's keys (after `data.columns` renames them) unless
-`data.format` says which:
+mens's records come in three kinds (`kind()`; the only code in mens that looks at a record's keys
+to decide — tests/data/test_records.py scans mens/ for any other):
+    chat   {"messages": [{"role", "content"}, …]}
+    pair   {"prompt", "chosen", "rejected"}   message lists (a DPO preference pair)
+    text   {"text"}                            continued pre-training
+
+Input formats, each registered once in FORMATS with its `detect` and `normalize` (detected from the
+record's keys, after `data.columns` renames them, unless `data.format` says which):
     messages           {"messages": [{"role", "content"}, …]}               OpenAI chat
     sharegpt           {"conversations": [{"from", "value"}, …]}             ShareGPT
     alpaca             {"instruction", "input"?, "output", "system"?}        Alpaca
@@ -13,19 +19,44 @@ Every problem is a `Bad(key, why)`: the caller adds file:line and raises DataErr
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Callable, Literal
+
+Kind = Literal["chat", "pair", "text"]
 ROLES = ("system", "user", "assistant", "tool")
 SHAREGPT_ROLES = {"system": "system", "human": "user", "user": "user", "gpt": "assistant",
                   "assistant": "assistant", "tool": "tool", "function_call": "assistant",
                   "observation": "tool", "function": "tool"}
-EXPECTED = {
-    "messages": '{"messages": [{"role": "user", "content": …}, {"role": "assistant", …}]}',
-    "sharegpt": '{"conversations": [{"from": "human", "value": …}, {"from": "gpt", …}]}',
-    "alpaca": '{"instruction": …, "input": … (optional), "output": …}',
-    "prompt_completion": '{"prompt": …, "completion": …}',
-    "text": '{"text": …}',
-    "preference": '{"prompt": …, "chosen": …, "rejected": …}',
-}
-KIND = {"preference": "preference", "text": "text"}   # every other format is "sft"
+
+
+def kind(rec: dict) -> Kind:
+    """A mens record's kind. A pair is told by its `prompt` (a chat keeps its prompt inside
+    `messages`), so a corpus pair that lacks `chosen` is reported as that, not as a chat without
+    `messages`; a text by its `text`."""
+    if "prompt" in rec:
+        return "pair"
+    return "text" if "text" in rec else "chat"
+
+
+def turns(rec: dict, answer: str = "chosen") -> list[dict]:
+    """The conversation a record holds: a chat's messages, a pair's prompt + its `answer`
+    ("chosen" or "rejected"). A text record has none; synthesis reads records still being
+    written, so a missing list is empty too."""
+    k = kind(rec)
+    if k == "pair":
+        return [*(rec.get("prompt") or []), *(rec.get(answer) or [])]
+    return (rec.get("messages") or []) if k == "chat" else []
+
+
+def answers(rec: dict) -> list[dict]:
+    """The turns that answer: a pair's chosen answer, or all of a chat's turns (callers keep its
+    assistant turns); [] where a (partial) record has none."""
+    return (rec.get("chosen") or []) if kind(rec) == "pair" else chat(rec)
+
+
+def chat(rec: dict) -> list[dict]:
+    """A chat record's messages as they are; [] for a pair, a text, or a record without any."""
+    return rec.get("messages", []) if kind(rec) == "chat" else []
 
 
 class Bad(Exception):
@@ -34,22 +65,6 @@ class Bad(Exception):
     def __init__(self, key: str, why: str):
         super().__init__(why)
         self.key, self.why = key, why
-
-
-def detect(rec: dict) -> str | None:
-    """The format a record's keys say, or None."""
-    if "chosen" in rec and "rejected" in rec:
-        return "preference"
-    for fmt, key in (("messages", "messages"), ("sharegpt", "conversations")):
-        if key in rec:
-            return fmt
-    if "instruction" in rec and "output" in rec:
-        return "alpaca"
-    if "prompt" in rec and "completion" in rec:
-        return "prompt_completion"
-    if "text" in rec:
-        return "text"
-    return None
 
 
 def rename(rec: dict, columns: dict) -> dict:
@@ -129,42 +144,32 @@ def _as_messages(v, key: str, role: str) -> list[dict]:
     return [{"role": role, "content": v}] if isinstance(v, str) else _messages(v, key)
 
 
-def normalize(rec: dict, fmt: str, system: str | None = None) -> dict:
-    """The record in mens's form: {"messages"} | {"prompt", "chosen", "rejected"} | {"text"}."""
-    if not isinstance(rec, dict):
-        raise Bad("record", "each record must be a JSON object")
-    if fmt == "text":
-        text = _text(rec, "text")
-        if not text.strip():
-            raise Bad("text", "`text` is empty")
-        return {"text": text}
-    if fmt == "preference":
-        return _pair(rec, system)
-    if fmt == "messages":
-        msgs = _messages(rec.get("messages"), "messages")
-    elif fmt == "sharegpt":
-        msgs = _messages(rec.get("conversations"), "conversations", SHAREGPT_ROLES)
-    elif fmt == "alpaca":
-        inp = rec.get("input") or ""
-        if not isinstance(inp, str):
-            raise Bad("input", "`input` must be a string")
-        user = _text(rec, "instruction") + (f"\n\n{inp}" if inp.strip() else "")
-        msgs = [{"role": "user", "content": user},
-                {"role": "assistant", "content": _text(rec, "output")}]
-        if isinstance(rec.get("system"), str) and rec["system"]:
-            msgs.insert(0, {"role": "system", "content": rec["system"]})
-    elif fmt == "prompt_completion":
-        for k in ("prompt", "completion"):
-            if k not in rec:
-                raise Bad(k, f"missing field `{k}`")
-        msgs = _as_messages(rec["prompt"], "prompt", "user") + \
-            _as_messages(rec["completion"], "completion", "assistant")
-    else:
-        raise Bad("format", f"unknown format {fmt!r}")
-    msgs = _with_system(msgs, system)
-    check_turns(msgs, "messages" if fmt == "messages" else
-                "conversations" if fmt == "sharegpt" else "messages")
-    return {"messages": msgs}
+def _alpaca(rec: dict) -> list[dict]:
+    inp = rec.get("input") or ""
+    if not isinstance(inp, str):
+        raise Bad("input", "`input` must be a string")
+    user = _text(rec, "instruction") + (f"\n\n{inp}" if inp.strip() else "")
+    msgs = [{"role": "user", "content": user},
+            {"role": "assistant", "content": _text(rec, "output")}]
+    if isinstance(rec.get("system"), str) and rec["system"]:
+        msgs.insert(0, {"role": "system", "content": rec["system"]})
+    return msgs
+
+
+def _prompt_completion(rec: dict) -> list[dict]:
+    for k in ("prompt", "completion"):
+        if k not in rec:
+            raise Bad(k, f"missing field `{k}`")
+    return _as_messages(rec["prompt"], "prompt", "user") + \
+        _as_messages(rec["completion"], "completion", "assistant")
+
+
+def _plain(rec: dict, system: str | None) -> dict:
+    # a system prompt has no place in plain text: `system` is ignored
+    text = _text(rec, "text")
+    if not text.strip():
+        raise Bad("text", "`text` is empty")
+    return {"text": text}
 
 
 def _pair(rec: dict, system: str | None) -> dict:
@@ -193,11 +198,70 @@ def _pair(rec: dict, system: str | None) -> dict:
     return {"prompt": prompt, "chosen": chosen, "rejected": rejected}
 
 
+def _chat(read: Callable[[dict], list[dict]], key: str = "messages"):
+    """A chat format's normalize: its messages (`read`), the system prompt, then the turn checks
+    (errors name the list `key`)."""
+    def normalize(rec: dict, system: str | None) -> dict:
+        msgs = _with_system(read(rec), system)
+        check_turns(msgs, key)
+        return {"messages": msgs}
+    return normalize
+
+
+@dataclass(frozen=True)
+class Format:
+    """One input format: `detect(rec)` says whether a record's keys are this format's;
+    `normalize(rec, system)` makes mens's record of `kind` from it (or raises Bad); `expected`
+    is the shape shown when a record does not fit."""
+    name: str
+    kind: Kind
+    expected: str
+    detect: Callable[[dict], bool]
+    normalize: Callable[[dict, str | None], dict]
+
+
+FORMATS: dict[str, Format] = {f.name: f for f in (   # the listing order of errors and the README
+    Format("messages", "chat",
+           '{"messages": [{"role": "user", "content": …}, {"role": "assistant", …}]}',
+           lambda r: "messages" in r, _chat(lambda r: _messages(r.get("messages"), "messages"))),
+    Format("sharegpt", "chat",
+           '{"conversations": [{"from": "human", "value": …}, {"from": "gpt", …}]}',
+           lambda r: "conversations" in r,
+           _chat(lambda r: _messages(r.get("conversations"), "conversations", SHAREGPT_ROLES),
+                 "conversations")),
+    Format("alpaca", "chat", '{"instruction": …, "input": … (optional), "output": …}',
+           lambda r: "instruction" in r and "output" in r, _chat(_alpaca)),
+    Format("prompt_completion", "chat", '{"prompt": …, "completion": …}',
+           lambda r: "prompt" in r and "completion" in r, _chat(_prompt_completion)),
+    Format("text", "text", '{"text": …}', lambda r: "text" in r, _plain),
+    Format("preference", "pair", '{"prompt": …, "chosen": …, "rejected": …}',
+           lambda r: "chosen" in r and "rejected" in r, _pair),
+)}
+EXPECTED = {f.name: f.expected for f in FORMATS.values()}
+# a format's kind in the words of `lane` and a spoke's `sources[].kind` (stats, errors)
+DATA_KIND = {f.name: {"chat": "sft", "pair": "preference", "text": "text"}[f.kind]
+             for f in FORMATS.values()}
+
+
+def detect(rec: dict) -> str | None:
+    """The format a record's keys say, or None. A pair is tried first: its chosen/rejected may
+    sit beside another format's keys (a `prompt`, whole chats); then the listing order."""
+    for f in sorted(FORMATS.values(), key=lambda f: f.kind != "pair"):
+        if f.detect(rec):
+            return f.name
+    return None
+
+
+def normalize(rec: dict, fmt: str, system: str | None = None) -> dict:
+    """The record in mens's form: {"messages"} | {"prompt", "chosen", "rejected"} | {"text"}."""
+    if not isinstance(rec, dict):
+        raise Bad("record", "each record must be a JSON object")
+    if fmt not in FORMATS:
+        raise Bad("format", f"unknown format {fmt!r}")
+    return FORMATS[fmt].normalize(rec, system)
+
+
 def words(rec: dict) -> list[str]:
     """Lower-cased words of a record's whole text (for n-gram decontamination)."""
-    if "text" in rec:
-        text = rec["text"]
-    else:
-        msgs = rec["messages"] if "messages" in rec else rec["prompt"] + rec["chosen"]
-        text = " ".join(m["content"] for m in msgs)
+    text = rec["text"] if kind(rec) == "text" else " ".join(m["content"] for m in turns(rec))
     return text.lower().split()

@@ -12,13 +12,14 @@ BAR = 40
 
 
 def _spoke_dataset(cfg):
-    from mens.data.corpus import is_pair, load_eval, load_spoke
+    from mens.data.corpus import load_eval, load_spoke
+    from mens.data.formats import kind
     from mens.data.sources import Dataset
 
     pairs = cfg.lane.kind == "dpo"
     train, stats = load_spoke(cfg.spoke, "train", seed=cfg.train.seed)
-    train = [r for r in train if is_pair(r) == pairs]
-    held = [r for r in load_eval(cfg.spoke) if is_pair(r) == pairs]
+    train = [r for r in train if (kind(r) == "pair") == pairs]
+    held = [r for r in load_eval(cfg.spoke) if (kind(r) == "pair") == pairs]
     seen, uniq = set(), []
     for r in train:   # the mix upsamples: count each record once
         if r["id"] not in seen:

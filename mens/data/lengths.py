@@ -16,6 +16,8 @@ import json
 import os
 from pathlib import Path
 
+from mens.data.formats import kind, turns
+
 IGNORE = -100   # as mens.data.pack (which imports torch: not for planning)
 
 ROUND = 128
@@ -38,8 +40,9 @@ def measure_records(records: list[dict], encoder) -> list[tuple[int, int]]:
     side (chosen or rejected), as training pads the pair to it."""
     out = []
     for r in records:
-        sides = [r["prompt"] + r["chosen"], r["prompt"] + r["rejected"]] if "chosen" in r \
-            else [None] if "text" in r else [r["messages"]]
+        k = kind(r)
+        sides = [turns(r, "chosen"), turns(r, "rejected")] if k == "pair" \
+            else [None] if k == "text" else [turns(r)]
         best = (0, 0)
         for msgs in sides:
             if msgs is None:

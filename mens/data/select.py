@@ -9,7 +9,8 @@ import json
 from functools import lru_cache
 from pathlib import Path
 
-from mens.data.corpus import is_pair, load_eval, load_spoke
+from mens.data.corpus import load_eval, load_spoke
+from mens.data.formats import kind
 
 
 def _get(cfg, key, default=None):
@@ -80,7 +81,7 @@ def train_records(spec) -> tuple[list[dict], dict, str]:
         stats = {k: v for k, v in ds.stats.items()}
         return list(ds.train), stats, data_label(spec.data)
     records, stats = load_spoke(spec.spoke, split="train", seed=spec.train.seed)
-    kept = [r for r in records if is_pair(r) == pairs]   # dpo trains on pairs, SFT on the rest
+    kept = [r for r in records if (kind(r) == "pair") == pairs]   # dpo trains on pairs, SFT on the rest
     stats[f"excluded_{'sft' if pairs else 'pair'}_records"] = len(records) - len(kept)
     return kept, stats, spec.spoke.name
 
@@ -105,12 +106,12 @@ def eval_records(spec) -> dict:
             return out
         other = spec.spoke.name
         out["collateral"] = (other, [r for r in load_eval(load_option("spoke", other))
-                                     if "messages" in r])
+                                     if kind(r) == "chat"])
         return out
     for role, name in (("eval", spec.spoke.name),
                        ("collateral", collateral_spoke(spec.spoke.name))):
         spoke = spec.spoke if role == "eval" else load_option("spoke", name)
-        out[role] = (name, [r for r in load_eval(spoke) if "messages" in r])
+        out[role] = (name, [r for r in load_eval(spoke) if kind(r) == "chat"])
     return out
 
 

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from mens.data import clean
 from mens.run.hashing import sha256
-from mens.data.formats import EXPECTED, KIND, Bad, detect, normalize, rename, words
+from mens.data.formats import DATA_KIND, EXPECTED, Bad, detect, normalize, rename, words
 from mens.errors import DataError
 
 EXTENSIONS = (".jsonl", ".json", ".parquet", ".csv")
@@ -227,7 +227,7 @@ def _empty(what: str, stats: dict, hint: str, key: str) -> DataError:
 def load_data(data, lane_kind: str, phases=("warmup",)) -> Dataset:
     """The whole pipeline; raises DataError for anything the data or its filters get wrong."""
     records, fmt, stats, lock = load_records(data, phases)
-    kind = KIND.get(fmt, "sft")
+    kind = DATA_KIND.get(fmt, "sft")
     if (lane_kind == "dpo") != (kind == "preference"):
         want = "preference pairs (prompt/chosen/rejected)" if lane_kind == "dpo" else \
             "SFT records (chat, ShareGPT, Alpaca, prompt/completion or text)"
@@ -244,7 +244,7 @@ def load_data(data, lane_kind: str, phases=("warmup",)) -> Dataset:
     stats["duplicates_removed"] = dups
     if _get(data, "eval_path"):
         held, efmt, estats, elock = load_records(data, phases, which="eval")
-        if KIND.get(efmt, "sft") != kind:
+        if DATA_KIND.get(efmt, "sft") != kind:
             raise DataError(f"`data.eval_path` holds {efmt} records but the training data is "
                             f"{fmt}: give an eval set of the same kind.", key="data.eval_path")
         train, lock, how = records, lock + [{**x, "role": "eval"} for x in elock], "eval_path"

@@ -33,10 +33,11 @@ TEXTS = ["Hello world", "  leading spaces and\ttabs\n\nnew lines\r\n", "fn main(
 def prompts(spoke, tok, n: int = 4) -> list[list[int]]:
     """The first held-out records of the run's spoke, up to the assistant turn, as ChatML ids."""
     from mens.data.corpus import load_eval
+    from mens.data.formats import kind
 
     out = []
     for rec in load_eval(spoke)[:n]:
-        msgs = rec["prompt"] if "prompt" in rec else rec["messages"][:-1]
+        msgs = rec["prompt"] if kind(rec) == "pair" else rec["messages"][:-1]
         out.append(tok.apply_chat_template(msgs, add_generation_prompt=True, tokenize=True,
                                            return_dict=False))
     out.append(tok("def fibonacci(n):\n").input_ids)   # plain text, no chat framing

@@ -42,16 +42,17 @@ def _sets(spec, max_prompts: int) -> list[tuple[str, str, str | None, list[dict]
     other spoke's (chats only: preference pairs have no single answer to judge)."""
     from mens.config.options import load_option, spokes
     from mens.data.corpus import load_eval
+    from mens.data.formats import kind
     from mens.data.select import eval_records, user_data
 
     own_name, own = eval_records(spec)["eval"]
     own_check = None if user_data(spec) else spec.spoke.admission.check
-    out = [("spoke", own_name, own_check, [r for r in own if "messages" in r][:max_prompts])]
+    out = [("spoke", own_name, own_check, [r for r in own if kind(r) == "chat"][:max_prompts])]
     for name in spokes():
         if name == own_name:
             continue
         sp = load_option("spoke", name)
-        recs = [r for r in load_eval(sp) if "messages" in r][:max_prompts]
+        recs = [r for r in load_eval(sp) if kind(r) == "chat"][:max_prompts]
         out.append(("collateral", name, sp.admission.check, recs))
     return out
 

@@ -160,9 +160,10 @@ def build_app(cfg: DictConfig, host: str, port: int, token: str | None = None):
     def prompts(spoke: str):
         from mens.config.options import load_option, spokes
         from mens.data.corpus import load_eval
+        from mens.data.formats import kind
         if spoke not in spokes():
             raise Refused(404, f"no spoke `{spoke[:40]}`")
-        recs = [r for r in load_eval(load_option("spoke", spoke)) if "messages" in r][:5]
+        recs = [r for r in load_eval(load_option("spoke", spoke)) if kind(r) == "chat"][:5]
         return {"prompts": [next(m["content"] for m in r["messages"] if m["role"] == "user")
                             for r in recs]}
 

@@ -52,13 +52,14 @@ def add_data(app, cfg, datasets: Path) -> None:
     def data_records(name: str):
         import yaml
 
+        from mens.data.formats import chat
         from mens.synth import dataset as ds
         d = dataset(name)
         tree = yaml.safe_load((d / ds.TREE).read_text()) if (d / ds.TREE).is_file() else None
         recs = [{"id": r.get("id"), "topic": r.get("topic"), "verdict": r.get("verdict"),
                  "rating": r.get("rating"), "tags": r.get("tags") or [],
                  "provenance": r.get("provenance") or r.get("origin"),
-                 "prompt": next((m["content"] for m in r.get("messages", [])
+                 "prompt": next((m["content"] for m in chat(r)
                                  if m.get("role") == "user"), ""),
                  "answer": ds.answer(r)} for r in ds.read_jsonl(d / ds.RECORDS)[:500]]
         return {"name": name, "tree": tree, "records": recs}

@@ -26,6 +26,7 @@ import sys
 from pathlib import Path
 
 from mens.synth import dataset as ds
+from mens.data.formats import chat
 from mens.errors import ConfigError
 
 ACTIONS = ("list", "rate", "tag", "untag", "edit", "clean")
@@ -70,7 +71,7 @@ def curate(cfg, action: str, log=print) -> dict:
     chosen = [r for r in records if selects(r, c)]
     if action == "list":
         for r in chosen:
-            user = next((m["content"] for m in r.get("messages", []) if m["role"] == "user"), "")
+            user = next((m["content"] for m in chat(r) if m["role"] == "user"), "")
             log(f"{r.get('id')}  {r.get('verdict', '-'):10} rating {r.get('rating')}  "
                 f"[{','.join(r.get('tags') or [])}]  {'/'.join(r.get('topic') or [])}: "
                 f"{' '.join(user.split())[:80]}")
@@ -105,7 +106,7 @@ def _apply(r: dict, action: str, c) -> None:
         if c.response is None:
             raise ConfigError("`mens data curate edit` needs `curate.response=TEXT`, the new "
                               "answer.", key="curate.response")
-        answers = [m for m in r.get("messages", []) if m["role"] == "assistant"]
+        answers = [m for m in chat(r) if m["role"] == "assistant"]
         if answers:
             r.setdefault("edits", []).append({"at": ds.now(), "original": answers[-1]["content"]})
             answers[-1]["content"] = c.response

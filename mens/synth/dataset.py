@@ -22,6 +22,7 @@ import os
 import time
 from pathlib import Path
 
+from mens.data.formats import chat, turns
 from mens.errors import DataError
 
 RECORDS, PAIRS, QUARANTINE, TREE, STATS = ("records.jsonl", "pairs.jsonl", "quarantine.jsonl",
@@ -89,14 +90,14 @@ def now() -> str:
 
 def answer(rec: dict) -> str:
     """The record's (last) assistant answer."""
-    msgs = [m for m in rec.get("messages", []) if m.get("role") == "assistant"]
+    msgs = [m for m in chat(rec) if m.get("role") == "assistant"]
     return msgs[-1].get("content", "") if msgs else ""
 
 
 def words(rec: dict) -> list[str]:
     """Every word of a record's own texts (messages, or a pair's prompt and chosen) — not its
     system turn: a spoke's one system prompt is in every record and would make all alike."""
-    msgs = rec.get("messages") or [*(rec.get("prompt") or []), *(rec.get("chosen") or [])]
+    msgs = turns(rec)
     if isinstance(msgs, str):
         return msgs.split()
     return " ".join(m.get("content") or "" for m in msgs

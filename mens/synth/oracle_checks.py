@@ -22,6 +22,7 @@ from typing import Callable
 
 import yaml
 
+from mens.data import formats
 from mens.synth.vox import VoxError, vox_check
 
 LANG = re.compile(r"[\w+-]*")
@@ -49,7 +50,7 @@ def fences(text: str) -> list[tuple[str, str]]:
 
 
 def answers(record: dict) -> list[str]:
-    msgs = record.get("chosen") if "chosen" in record else record.get("messages", [])
+    msgs = formats.answers(record)
     return [m.get("content") or "" for m in msgs if m.get("role") == "assistant"]
 
 
@@ -101,7 +102,7 @@ def tool_calls(text: str) -> list[dict]:
 
 
 def declared_tools(rec: dict) -> dict[str, dict]:
-    system = next((m.get("content") or "" for m in rec.get("messages", rec.get("prompt", []))
+    system = next((m.get("content") or "" for m in formats.turns(rec)
                    if m.get("role") == "system"), "")
     found = TOOLS.search(system)
     lines = found.group(1).splitlines() if found else []
@@ -139,7 +140,7 @@ def transcript_structure(rec: dict) -> list[str]:
     """system? then user; an assistant turn with N tool calls is followed by exactly N tool
     results, then an assistant turn; a user turn follows only a final (call-free) assistant
     turn; the transcript ends on a final assistant turn."""
-    msgs = rec.get("messages", [])
+    msgs = formats.chat(rec)
     skip = 1 if msgs and msgs[0].get("role") == "system" else 0
     state, pending = "user", 0                       # state: the role the next message must have
     want = {"user": "a user turn", "final": "a user turn or the end", "assistant":
@@ -174,7 +175,7 @@ def mesh_messages(rec: dict) -> list[str]:
     input (possibly malformed on purpose): their ids count as earlier, nothing more."""
     seen: dict[str, str | None] = {}
     written: list[str] = []
-    for n, m in enumerate(rec.get("messages", []), 1):
+    for n, m in enumerate(formats.chat(rec), 1):
         for lang, body in fences(m.get("content") or ""):
             if lang != "json":
                 continue

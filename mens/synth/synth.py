@@ -97,11 +97,12 @@ _CORPUS: dict[str, list[dict]] = {}
 def _corpus(spoke) -> list[dict]:
     """The spoke's shipped chat records (read once per process; [] when it ships none)."""
     from mens.data.corpus import load_spoke
+    from mens.data.formats import kind
     from mens.errors import DataError
 
     if spoke.name not in _CORPUS:
         try:
-            _CORPUS[spoke.name] = [r for r in load_spoke(spoke)[0] if "messages" in r]
+            _CORPUS[spoke.name] = [r for r in load_spoke(spoke)[0] if kind(r) == "chat"]
         except DataError:       # a spoke without a shipped corpus: the node's seeds only
             _CORPUS[spoke.name] = []
     return _CORPUS[spoke.name]

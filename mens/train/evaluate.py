@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 
 from mens.data.examples import examples_for
+from mens.data.formats import kind
 from mens.data.pack_order import EVAL_MICRO, eval_chunks  # noqa: F401 (shared with the loop)
 from mens.data.select import collateral_spoke, eval_records  # noqa: F401 (re-exported)
 
@@ -46,7 +47,7 @@ def eval_sets(spec, tokenizer) -> dict:
     for role, (name, recs) in eval_records(spec).items():
         recs = [dict(r, phase=r["phase"] if r.get("phase") in phases else phases[0])
                 for r in recs][:spec.train.eval_max_records]
-        pairs = bool(recs) and "chosen" in recs[0]
+        pairs = bool(recs) and kind(recs[0]) == "pair"
         # held-out records are scored whole (up to the rung's positions, at most 4096), not cut
         # to the training window: a cut could drop the very answer being scored
         exs, _ = examples_for(recs, tokenizer, spec, phases, pairs=pairs,
