@@ -38,4 +38,3 @@ def _main(sub: str | None, argv: list[str]) -> int:
     running = "" if q.runner_alive() else " (no queue runs now: the next `mens afk` clears it)"
     print(f"mens afk: {sub} asked in {q.dir}: the queue stops {when}{running}")
     return EXIT_OK
-

@@ -49,4 +49,3 @@ def main(argv: list[str] | None = None) -> int:
         return run(refresh, argv=argv[2:], name="cloud_catalog")
     return usage_error(f"`mens cloud` takes a subcommand: {', '.join(SUBCOMMANDS)} (e.g. "
                        f"`mens cloud estimate +rung=8b lane=qlora`).")
-

@@ -107,4 +107,3 @@ def tree_command(cfg, action: str) -> dict:
 
 def _path(tree, node):
     return next(p for n, p in tree.nodes() if n is node)
-
