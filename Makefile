@@ -58,7 +58,7 @@ test-full: install ## every test, slow ones included
 	$(PY) -m pytest -q $(ARGS)
 
 bench: install ## benchmarks: plan start-up, train throughput, padding, export memory, held-out memory errors
-	$(PY) -m mens.cli.bench $(ARGS)
+	$(PY) tools/bench/bench.py $(ARGS)
 
 export: install ## merged model, GGUFs, GGUF adapter, Modelfile of a run: make export RUN=<run dir> [ARGS=...]
 	@test -n "$(RUN)" || { echo "make export RUN=<run dir>  (a finished run, e.g. outputs/<date>/<time>_train)"; exit 2; }

@@ -1,7 +1,4 @@
 """`python -m mens [overrides]` = `mens train`: compile, plan, then train (mens.cli.train)."""
-import sys
+from mens.cli import as_main
 
-from mens.cli.train import main
-
-if __name__ == "__main__":
-    sys.exit(main())
+as_main(__name__, "train")

@@ -1,7 +1,4 @@
 """`python -m mens.fit` = `mens fit` (mens.cli.fit; the fit itself is mens.calibrate.fit)."""
-import sys
+from mens.cli import as_main
 
-from mens.cli.fit import main
-
-if __name__ == "__main__":
-    sys.exit(main())
+as_main(__name__, "fit")

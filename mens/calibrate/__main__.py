@@ -1,7 +1,4 @@
 """`python -m mens.calibrate` = `mens calibrate` (mens.cli.calibrate)."""
-import sys
+from mens.cli import as_main
 
-from mens.cli.calibrate import main
-
-if __name__ == "__main__":
-    sys.exit(main())
+as_main(__name__, "calibrate")

@@ -1,9 +1,11 @@
 """The shell: the `mens` command and every `python -m mens…` entry point.
 
 Takes argv; gives an exit code (mens.errors: 0 ok · 2 bad config or data · 3 refused · 4 failed
-· 130 interrupted). Each command is one thin module here that hands a stage's `task(cfg,
-out_dir)` to the Hydra app (mens.cli.app); the work lives in the stage packages. Nothing else in
-mens imports this package.
+· 130 interrupted). Each command is one thin module here (COMMANDS) whose `main(argv)` goes
+through mens.cli.app — a stage's `task(cfg, out_dir)` as a Hydra app, or `command(fn)` where a
+run dir must not be made — so every command prints errors the same way; the work lives in the
+stage packages. Each `python -m mens.X` is a two-line shim calling `as_main` here. Nothing else
+in mens imports this package.
 
     mens plan +hw=h200 +rung=0.6b        = python -m mens.plan  …
     mens train +hw=m_series +rung=0.6b   = python -m mens       …
@@ -22,7 +24,7 @@ import sys
 # setting wins.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-from mens.errors import EXIT_CONFIG, EXIT_OK
+from mens.errors import EXIT_OK
 
 COMMANDS = {
     "train": ("mens.cli.train", "compile, plan and train a run (= python -m mens)"),
@@ -62,11 +64,12 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_OK
     name, rest = argv[0], argv[1:]
     if name not in COMMANDS:
+        from mens.cli.app import usage_error
+
         near = difflib.get_close_matches(name, list(COMMANDS), n=1)
         hint = f" Did you mean `mens {near[0]}`?" if near else ""
-        print(f"mens: error (exit 2): unknown command `{name}`.{hint} Commands: "
-              f"{', '.join(COMMANDS)} (`mens --help` says what each does).", file=sys.stderr)
-        return EXIT_CONFIG
+        return usage_error(f"unknown command `{name}`.{hint} Commands: {', '.join(COMMANDS)} "
+                           f"(`mens --help` says what each does).")
     sys.argv = [f"mens {name}", *rest]
     return importlib.import_module(COMMANDS[name][0]).main(rest)
 
@@ -74,3 +77,11 @@ def main(argv: list[str] | None = None) -> int:
 def entry() -> None:
     """[project.scripts] mens = mens.cli:entry"""
     sys.exit(main())
+
+
+def as_main(module: str, command: str) -> None:
+    """The whole of every `python -m mens.X` shim: `as_main(__name__, "X")` runs command X's
+    main (sys.argv as Python set it) when the shim is run, and nothing when it is imported."""
+    main_of = importlib.import_module(COMMANDS[command][0]).main   # KeyError: no such command
+    if module == "__main__":
+        sys.exit(main_of())

@@ -7,38 +7,17 @@ from __future__ import annotations
 
 import sys
 
-from mens.errors import EXIT_INTERRUPTED, EXIT_OK, MensError
+from mens.cli.app import command
+from mens.errors import EXIT_OK
 
 SUBCOMMANDS = ("status", "pause", "abort")
 
 
 def main(argv: list[str] | None = None) -> int:
+    # no Hydra app: a Hydra run dir per invocation would scatter what afk.dir keeps together
     argv = list(sys.argv[1:] if argv is None else argv)
     sub = argv.pop(0) if argv and argv[0] in SUBCOMMANDS else None
-    try:
-        return _main(sub, argv)
-    except KeyboardInterrupt:   # while planning, before the queue's own handlers
-        print("mens: interrupted", file=sys.stderr)
-        return EXIT_INTERRUPTED
-    except Exception as e:   # one paragraph and mens's exit code, as every command
-        err = e if isinstance(e, MensError) else _explained(e)
-        print(f"mens: error (exit {err.code}): {err.message}", file=sys.stderr)
-        return err.code
-
-
-def _explained(e: Exception) -> MensError:
-    import os
-
-    from mens.config.explain import explain
-    from mens.errors import RunFailed
-
-    if os.environ.get("HYDRA_FULL_ERROR") == "1":
-        raise e
-    try:
-        return explain(e)
-    except Exception:
-        return RunFailed(f"unexpected {type(e).__name__}: {e} (HYDRA_FULL_ERROR=1 shows the "
-                         f"full trace; please report it)")
+    return command(_main, sub, argv)
 
 
 def _main(sub: str | None, argv: list[str]) -> int:
@@ -59,7 +38,3 @@ def _main(sub: str | None, argv: list[str]) -> int:
     running = "" if q.runner_alive() else " (no queue runs now: the next `mens afk` clears it)"
     print(f"mens afk: {sub} asked in {q.dir}: the queue stops {when}{running}")
     return EXIT_OK
-
-
-if __name__ == "__main__":
-    sys.exit(main())

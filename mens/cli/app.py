@@ -1,4 +1,11 @@
-"""The Hydra app around every mens command: exit codes, one-paragraph errors, sweep outcomes.
+"""The one command pattern: every mens command's entry, error printer and exit codes.
+
+Two entries, one outcome handling (`outcome`): `main(task, argv, name)` runs a stage's
+`task(cfg, out_dir)` as a Hydra app (a run dir, `-m` sweeps, `--cfg job`); `command(fn, ...)`
+runs a command that composes its own config because it must not get a run dir (`mens data`,
+`mens afk`) or has none (`mens demo`). Either way an exception becomes one paragraph from
+`print_error` — `mens: error (exit N): …` on stderr — and the exit code of mens.errors (0 ok ·
+2 config/data · 3 refused · 4 failed · 130 interrupted); HYDRA_FULL_ERROR=1 shows the trace.
 
 Hydra's own error printing exits 1 with a traceback-like dump. mens sets HYDRA_FULL_ERROR
 internally so exceptions reach `main()`, which prints one paragraph and exits with mens's code
@@ -19,15 +26,23 @@ from hydra.experimental.callback import Callback
 
 from mens.config.explain import explain
 from mens.errors import (EXIT_CONFIG, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_REFUSED,
-                         Interrupted, MensError, RunFailed)
+                         ConfigError, Interrupted, MensError, RunFailed)
 from mens.run.rundir import RunDir
 
 _sweep_codes: list[int] = []
 _run_code: list[int] = []   # hydra.main drops the task's return value; keep it here
 
 
-def _print_error(err: MensError) -> None:
+def print_error(err: MensError) -> None:
+    """The one error line of every mens command (tests and users grep for it)."""
     print(f"mens: error (exit {err.code}): {err.message}", file=sys.stderr)
+
+
+def usage_error(text: str) -> int:
+    """A command line mens cannot take (no such subcommand, a refused key): exit 2."""
+    err = ConfigError(text)
+    print_error(err)
+    return err.code
 
 
 def job(task: Callable) -> Callable:
@@ -49,8 +64,8 @@ def job(task: Callable) -> Callable:
             except Exception as e:  # returned, not raised: Hydra would print its own banner
                 if os.environ.get("_MENS_USER_FULL_ERROR") == "1":
                     raise
-                err = _as_mens_error(e)
-                _print_error(err)
+                err = _as_mens_error(e, user_full=False)
+                print_error(err)
                 code = err.code
             _run_code.append(code)
             return code
@@ -58,8 +73,8 @@ def job(task: Callable) -> Callable:
             validate(cfg)
             code = task(cfg, out_dir)
         except Exception as e:  # every job runs; its outcome is what counts
-            err = _as_mens_error(e)
-            _print_error(err)
+            err = _as_mens_error(e, os.environ.get("_MENS_USER_FULL_ERROR") == "1")
+            print_error(err)
             code, message = err.code, err.message
         else:
             message = ""
@@ -73,13 +88,13 @@ def job(task: Callable) -> Callable:
 _interrupt: list[bool] = []   # SIGINT arrived in this process (see _note_interrupt)
 
 
-def _as_mens_error(e: Exception) -> MensError:
+def _as_mens_error(e: Exception, user_full: bool) -> MensError:
     if _interrupt and not isinstance(e, MensError):
         return Interrupted(f"interrupted ({type(e).__name__} raised on the way out: {e})")
     try:
         return explain(e)
     except Exception:
-        if os.environ.get("_MENS_USER_FULL_ERROR") == "1":
+        if user_full:
             raise
         return RunFailed(f"unexpected {type(e).__name__}: {e} (HYDRA_FULL_ERROR=1 shows the "
                          f"full trace; please report it)")
@@ -138,7 +153,7 @@ def main(task: Callable, argv: list[str] | None = None, name: str = "mens") -> i
     _run_code.clear()
     app = hydra.main(config_path=str(CONF_DIR), config_name="mens", version_base="1.3")(job(task))
     try:
-        return _run(app, user_full)
+        return outcome(lambda: _hydra_code(app()), user_full)
     finally:   # an in-process caller's next command sees the user's setting, not ours
         if before is None:
             os.environ.pop("HYDRA_FULL_ERROR", None)
@@ -154,7 +169,22 @@ def _note_interrupt(signum, frame):
     signal.default_int_handler(signum, frame)
 
 
-def _run(app, user_full: bool) -> int:
+def command(fn: Callable[..., int], *args) -> int:
+    """fn(*args) -> exit code, for a command that is no Hydra app (it composes its own config
+    with mens.config.compose, or has none), with the Hydra apps' printer and exit codes."""
+    return outcome(lambda: fn(*args), os.environ.get("HYDRA_FULL_ERROR") == "1")
+
+
+def _hydra_code(_) -> int:
+    """hydra.main returns nothing: a sweep's highest job code, or the single run's code."""
+    if _sweep_codes:
+        return max(_sweep_codes)
+    return _run_code[-1] if _run_code else EXIT_OK
+
+
+def outcome(fn: Callable[[], int], user_full: bool) -> int:
+    """fn() -> its exit code; whatever it raises -> one paragraph and mens's exit code (Ctrl-C:
+    130), or the full trace where the user set HYDRA_FULL_ERROR=1 (`user_full`)."""
     _interrupt.clear()
     try:
         previous = signal.signal(signal.SIGINT, _note_interrupt) \
@@ -162,11 +192,11 @@ def _run(app, user_full: bool) -> int:
     except ValueError:   # not the main thread: leave signals alone
         previous = None
     try:
-        app()
+        return fn()
     except MensError as e:
         if user_full:
             raise
-        _print_error(e)
+        print_error(e)
         return EXIT_INTERRUPTED if _interrupt else e.code
     except KeyboardInterrupt:
         print("mens: interrupted", file=sys.stderr)
@@ -174,12 +204,9 @@ def _run(app, user_full: bool) -> int:
     except Exception as e:
         if user_full:
             raise
-        err = _as_mens_error(e)
-        _print_error(err)
+        err = _as_mens_error(e, user_full)
+        print_error(err)
         return err.code
     finally:
         if previous is not None:
             signal.signal(signal.SIGINT, previous)
-    if _sweep_codes:
-        return max(_sweep_codes)
-    return _run_code[-1] if _run_code else EXIT_OK

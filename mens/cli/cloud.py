@@ -8,8 +8,8 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
-from mens.cli.app import main as run
-from mens.errors import EXIT_CONFIG, EXIT_OK
+from mens.cli.app import main as run, usage_error
+from mens.errors import EXIT_OK
 
 SUBCOMMANDS = ("estimate", "launch", "catalog refresh")
 
@@ -47,10 +47,5 @@ def main(argv: list[str] | None = None) -> int:
         return run(launch, argv=argv[1:], name="cloud_launch")
     if argv[:2] == ["catalog", "refresh"]:
         return run(refresh, argv=argv[2:], name="cloud_catalog")
-    print(f"mens: error (exit 2): `mens cloud` takes a subcommand: {', '.join(SUBCOMMANDS)} "
-          f"(e.g. `mens cloud estimate +rung=8b lane=qlora`).", file=sys.stderr)
-    return EXIT_CONFIG
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    return usage_error(f"`mens cloud` takes a subcommand: {', '.join(SUBCOMMANDS)} (e.g. "
+                       f"`mens cloud estimate +rung=8b lane=qlora`).")

@@ -5,55 +5,54 @@
     synth                        leaf-conditioned synthesis by a teacher (mens.synth.synth)
     curate ACTION                list / rate / tag / untag / edit / clean (mens.synth.curate)
 
-Every subcommand takes the same Hydra overrides (`spoke=…`, `teacher=…`, `synth.out=DIR`, …)."""
+Every subcommand takes the same Hydra overrides (`spoke=…`, `teacher=…`, `synth.out=DIR`, …).
+No Hydra app: these read or edit a dataset where it lives and make no run dir (mens.cli.app's
+`command` gives them the same error printer and exit codes)."""
 from __future__ import annotations
 
 import sys
 
-from mens.errors import EXIT_CONFIG, EXIT_OK, MensError
+from mens.cli.app import command, usage_error
+from mens.errors import EXIT_OK
 
 SUBCOMMANDS = ("inspect", "tree", "synth", "curate")
 TREE_ACTIONS = ("expand", "prune", "add", "regen")
 CURATE_ACTIONS = ("list", "rate", "tag", "untag", "edit", "clean")
 
 
-def _usage(text: str) -> int:
-    print(f"mens: error (exit 2): {text}", file=sys.stderr)
-    return EXIT_CONFIG
-
-
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if not argv or argv[0] not in SUBCOMMANDS:
-        return _usage(f"`mens data` takes a subcommand: {', '.join(SUBCOMMANDS)} (e.g. `mens data "
-                      f"inspect data=file data.path=train.jsonl`, `mens data tree expand "
-                      f"spoke=vox_lang tree.depth=3`, `mens data synth spoke=vox_lang`).")
+        return usage_error(f"`mens data` takes a subcommand: {', '.join(SUBCOMMANDS)} (e.g. "
+                           f"`mens data inspect data=file data.path=train.jsonl`, `mens data tree "
+                           f"expand spoke=vox_lang tree.depth=3`, `mens data synth "
+                           f"spoke=vox_lang`).")
     sub, rest = argv[0], argv[1:]
     action = None
     if sub in ("tree", "curate"):
         actions = TREE_ACTIONS if sub == "tree" else CURATE_ACTIONS
         if not rest or rest[0] not in actions:
-            return _usage(f"`mens data {sub}` takes an action: {', '.join(actions)} (e.g. "
-                          f"`mens data {sub} {actions[0]} spoke=vox_lang`).")
+            return usage_error(f"`mens data {sub}` takes an action: {', '.join(actions)} (e.g. "
+                               f"`mens data {sub} {actions[0]} spoke=vox_lang`).")
         action, rest = rest[0], rest[1:]
+    return command(_run, sub, action, rest)
+
+
+def _run(sub: str, action: str | None, rest: list[str]) -> int:
     from mens.config.compose import compose
 
-    try:
-        cfg = compose(rest)
-        if sub == "inspect":
-            from mens.data.inspect import inspect
-            print(inspect(cfg)["text"])
-        elif sub == "tree":
-            tree_command(cfg, action)
-        elif sub == "synth":
-            from mens.synth.synth import synth
-            synth(cfg)
-        else:
-            from mens.synth.curate import curate
-            curate(cfg, action)
-    except MensError as e:
-        print(f"mens: error (exit {e.code}): {e.message}", file=sys.stderr)
-        return e.code
+    cfg = compose(rest)
+    if sub == "inspect":
+        from mens.data.inspect import inspect
+        print(inspect(cfg)["text"])
+    elif sub == "tree":
+        tree_command(cfg, action)
+    elif sub == "synth":
+        from mens.synth.synth import synth
+        synth(cfg)
+    else:
+        from mens.synth.curate import curate
+        curate(cfg, action)
     return EXIT_OK
 
 
@@ -108,7 +107,3 @@ def tree_command(cfg, action: str) -> dict:
 
 def _path(tree, node):
     return next(p for n, p in tree.nodes() if n is node)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,8 +1,12 @@
-"""`make demo` / `python -m mens.demo [training overrides]`: the round trip in one command.
+"""`mens demo` / `make demo` (`python -m mens.cli.demo`) [training overrides]: the round trip in
+one command.
 
 Reuses the newest finished LoRA run under outputs/ (or trains the tiny default with the given
 overrides when there is none), serves its base and adapter with `python -m mens.serve`, asks
 both the same held-out prompts through the HTTP API, and prints the answers side by side.
+No Hydra app of its own (its run dirs are the children's): mens.cli.app's `command` gives it the
+printer and exit codes of every command; the overrides are composed first, so a bad one exits 2
+here, before anything is reused, trained or served.
 """
 from __future__ import annotations
 
@@ -14,7 +18,8 @@ import time
 import urllib.request
 from pathlib import Path
 
-from mens.errors import EXIT_FAILED, EXIT_OK, RunFailed
+from mens.cli.app import command
+from mens.errors import EXIT_OK, RunFailed
 from mens.run.rundir import RunDir
 
 PROMPTS, MAX_TOKENS = 3, 48
@@ -50,27 +55,26 @@ def _wait(proc: subprocess.Popen, info: Path, timeout: float = 300) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    try:
-        return _demo(list(sys.argv[1:] if argv is None else argv))
-    except RunFailed as e:
-        print(f"mens: error (exit {e.code}): {e.message}", file=sys.stderr)
-        return e.code
+    return command(_demo, list(sys.argv[1:] if argv is None else argv))
 
 
 def _demo(argv: list[str]) -> int:
     from rich.console import Console
     from rich.table import Table
 
+    from mens.config.compose import compose
+
+    compose(argv)   # the training overrides, checked (exit 2) before a run is reused or trained
     console = Console()
     run = latest_run()
     if run is None:
         console.print("[bold]mens demo:[/] no finished run under outputs/: training the tiny default")
-        if subprocess.run([sys.executable, "-m", "mens", *argv]).returncode:
-            return EXIT_FAILED
+        trained = subprocess.run([sys.executable, "-m", "mens", *argv]).returncode
+        if trained:   # the child printed its one paragraph; its code is the outcome
+            return trained
         run = latest_run()
         if run is None:
-            console.print("mens demo: training finished without an adapter (a full-lane run?)")
-            return EXIT_FAILED
+            raise RunFailed("mens demo: training finished without an adapter (a full-lane run?)")
     else:
         console.print(f"[bold]mens demo:[/] reusing {run}")
     spec_spoke = _spoke_of(run)

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from mens.cli.app import main as run
-from mens.errors import EXIT_CONFIG
+from mens.cli.app import main as run, usage_error
 from mens.serve.server import ACTIONS
 
 
@@ -14,11 +13,10 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if any(a.lstrip("+~").split("=", 1)[0] == "serve.api_key" for a in argv):
         # refused before Hydra runs, which would save the key into .hydra/overrides.yaml
-        print("mens: error (exit 2): `serve.api_key` is retired: a key on the command line is "
-              "saved by Hydra into .hydra/overrides.yaml and shell history. Export it instead and "
-              "name the variable: `export MENS_API_KEY=<key>` then `serve.api_key_env=MENS_API_KEY`.",
-              file=sys.stderr)
-        return EXIT_CONFIG
+        return usage_error("`serve.api_key` is retired: a key on the command line is saved by "
+                           "Hydra into .hydra/overrides.yaml and shell history. Export it instead "
+                           "and name the variable: `export MENS_API_KEY=<key>` then "
+                           "`serve.api_key_env=MENS_API_KEY`.")
     return run(task, argv=_argv(argv), name="serve")
 
 

@@ -1,7 +1,4 @@
 """`python -m mens.cloud estimate|launch|catalog refresh …` = `mens cloud …` (mens.cli.cloud)."""
-import sys
+from mens.cli import as_main
 
-from mens.cli.cloud import main
-
-if __name__ == "__main__":
-    sys.exit(main())
+as_main(__name__, "cloud")

@@ -1,7 +1,4 @@
 """`python -m mens.compare` = `mens compare` (mens.cli.compare)."""
-import sys
+from mens.cli import as_main
 
-from mens.cli.compare import main
-
-if __name__ == "__main__":
-    sys.exit(main())
+as_main(__name__, "compare")

@@ -1,7 +1,4 @@
 """`python -m mens.data inspect …` = `mens data inspect …` (mens.cli.data)."""
-import sys
+from mens.cli import as_main
 
-from mens.cli.data import main
-
-if __name__ == "__main__":
-    sys.exit(main())
+as_main(__name__, "data")

@@ -1,7 +1,4 @@
 """`python -m mens.export` = `mens export` (mens.cli.export)."""
-import sys
+from mens.cli import as_main
 
-from mens.cli.export import main
-
-if __name__ == "__main__":
-    sys.exit(main())
+as_main(__name__, "export")

@@ -1,7 +1,4 @@
 """`python -m mens.gate run=DIR` = `mens gate run=DIR` (mens.cli.gate)."""
-import sys
+from mens.cli import as_main
 
-from mens.cli.gate import main
-
-if __name__ == "__main__":
-    sys.exit(main())
+as_main(__name__, "gate")

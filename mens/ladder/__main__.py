@@ -1,7 +1,4 @@
 """`python -m mens.ladder` = `mens ladder` (mens.cli.ladder)."""
-import sys
+from mens.cli import as_main
 
-from mens.cli.ladder import main
-
-if __name__ == "__main__":
-    sys.exit(main())
+as_main(__name__, "ladder")

@@ -1,7 +1,4 @@
 """`python -m mens.plan` = `mens plan` (mens.cli.plan)."""
-import sys
+from mens.cli import as_main
 
-from mens.cli.plan import main
-
-if __name__ == "__main__":
-    sys.exit(main())
+as_main(__name__, "plan")

@@ -1,7 +1,4 @@
 """`python -m mens.recommend [overrides]` = `mens recommend` (mens.cli.recommend)."""
-import sys
+from mens.cli import as_main
 
-from mens.cli.recommend import main
-
-if __name__ == "__main__":
-    sys.exit(main())
+as_main(__name__, "recommend")

@@ -1,7 +1,4 @@
 """`python -m mens.serve` = `mens serve` (mens.cli.serve)."""
-import sys
+from mens.cli import as_main
 
-from mens.cli.serve import main
-
-if __name__ == "__main__":
-    sys.exit(main())
+as_main(__name__, "serve")

@@ -1,7 +1,4 @@
 """`python -m mens.studio` = `mens studio` (mens.cli.studio)."""
-import sys
+from mens.cli import as_main
 
-from mens.cli.studio import main
-
-if __name__ == "__main__":
-    sys.exit(main())
+as_main(__name__, "studio")

@@ -7,7 +7,7 @@ a fresh process, which reports its peak RSS (VmHWM) above its own post-import ba
 - naive: `from_pretrained` → `PeftModel.from_pretrained` → `merge_and_unload` →
   `save_pretrained`
 Goal (issue #5): streaming peak above baseline ≤ 1.3 × the merged model's bytes.
-`python -m mens.export_bench` prints both, side by side.
+`python tools/bench/export_memory.py [RUNG]` (and `make bench`) prints both, side by side.
 """
 from __future__ import annotations
 

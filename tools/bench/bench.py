@@ -1,7 +1,11 @@
-"""`make bench`: the plan path's start-up time against `python -c "import torch"`; training
-throughput and peak memory against a plain transformers Trainer and TRL's SFTTrainer (each in its
-own process, mens.cli.peers); padding waste; export memory (0.6b shape);
-the memory contract's held-out calibration errors next to two rules of thumb (issue #4).
+"""`make bench` (`python tools/bench/bench.py [RUNS]`): the plan path's start-up time against
+`python -c "import torch"`; training throughput and peak memory against a plain transformers
+Trainer and TRL's SFTTrainer (each in its own process, peers.py here); padding waste; export
+memory (0.6b shape, export_memory.py here); the memory contract's held-out calibration errors
+next to two rules of thumb (issue #4).
+
+A developer's tool, not shipped in the wheel: TRL (a peer) is in the dev extra only, and
+nothing under mens/ may import it (tests/cli/test_shipped.py).
 
 Commands run interleaved (A B C, A B C, …) so that the shared 2-core box's noise hits each
 alike; the figure that counts is the ratio of medians measured side by side in one run.
@@ -71,9 +75,9 @@ def main(runs: int = 7) -> dict:
 def peer_throughput(rounds: int = 2, steps: int = 12, micro: int = 4) -> dict:
     """Real tokens/s of mens against a transformers Trainer (pad to longest) and TRL's
     SFTTrainer (packing) on the tiny rung, vox_lang, micro 4, LoRA r16 on every linear layer —
-    at seq 512 and at the spoke's auto seq_len. Each run in its own process (mens.cli.peers),
+    at seq 512 and at the spoke's auto seq_len. Each run in its own process (peers.py),
     interleaved mens, trainer, trl, mens, …; the medians' ratio is the figure."""
-    from mens.cli.peers import PEERS, measure
+    from peers import PEERS, measure
 
     out = {}
     for seq in (512, "auto"):
@@ -98,7 +102,7 @@ def peer_memory(steps: int = 3) -> dict:
     """Peak memory (the training window above the pre-model baseline) of mens, the Trainer
     (records grouped into full rows) and TRL (packing) at the real 0.6b architecture with random
     weights, seq 2048, micro-batch 1, LoRA r16 — with and without gradient checkpointing."""
-    from mens.cli.peers import PEERS, measure
+    from peers import PEERS, measure
 
     out = {}
     peers = [p for p in PEERS if p != "mens_classic"]
@@ -196,7 +200,7 @@ def inspect_speed(records: int = 10_000) -> dict:
 
 if __name__ == "__main__":
     runs = int(sys.argv[1]) if len(sys.argv) > 1 else 7
-    from mens.export.bench import main as export_memory
+    from export_memory import main as export_memory
     from mens.calibrate.report import held_out_table
 
     print("\nmemory contract on held-out calibration records (calibration/cpu.jsonl):")

@@ -1,5 +1,5 @@
 """The training peers `make bench` measures mens against, each in its own process so no heap or
-thread state leaks between them (`python -m mens.cli.peers PEER JSON` prints one JSON line):
+thread state leaks between them (`python tools/bench/peers.py PEER JSON` prints one JSON line):
 
     mens     mens's own run (train_run) on its default paths — what the memory cells were fitted
              on: per-record attention, the chunked loss; `heap` as asked
@@ -198,7 +198,7 @@ def measure(peer: str, args: dict, timeout: float = 3600) -> dict:
     """One peer in a fresh process; its JSON result (or {"error": …})."""
     import subprocess
 
-    p = subprocess.run([sys.executable, "-m", "mens.cli.peers", peer, json.dumps(args)],
+    p = subprocess.run([sys.executable, __file__, peer, json.dumps(args)],
                        capture_output=True, text=True, timeout=timeout)
     last = [line for line in p.stdout.splitlines() if line.startswith("{")]
     if p.returncode or not last:
