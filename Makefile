@@ -20,7 +20,7 @@ SKY_VENV ?= .venv-sky
 SKY_VERSION ?= 0.14.1
 ARGS ?=
 
-.PHONY: help install run plan test test-full bench clean export serve compare demo
+.PHONY: help install run plan test test-slow test-full bench clean export serve compare demo
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -53,6 +53,9 @@ plan: install ## plan only, e.g. make plan ARGS="+hw=rtx4090 +rung=8b"
 
 test: install ## the test suite (CPU only, skips tests marked slow)
 	$(PY) -m pytest -q -m "not slow" $(ARGS)
+
+test-slow: install ## the slow acceptance tests only (FSDP2/DDP runs, resume after SIGKILL, browser round trip, gates, wheel installs, fuzzing): CI runs them after `make test`
+	$(PY) -m pytest -q -m slow $(ARGS)
 
 test-full: install ## every test, slow ones included
 	$(PY) -m pytest -q $(ARGS)
