@@ -1,6 +1,7 @@
 """The telemetry vocabulary (torch-free): every event name a run writes to telemetry.jsonl, the
 fields each event's row carries, and the one reader every stage uses — compare, the ladder, the
-studio's live views, afk, `rerun=` and `resume=`. The writer is mens.train.telemetry.Telemetry.
+studio's live views, `rerun=` and `resume=`, the tests (afk's included) — directly or through
+RunDir.telemetry_rows. The writer is mens.train.telemetry.Telemetry.
 
 This is the only module that spells an event name (tests/run/test_vocabulary.py scans mens/ for
 others); the studio page gets the names from the server (`/api/telemetry`, `vocabulary()`).
