@@ -16,6 +16,7 @@ from pathlib import Path
 from mens.afk import cells
 from mens.afk.child import last_error, python_m, run_child
 from mens.errors import EXIT_INTERRUPTED, EXIT_OK, MensError
+from mens.run.receipt import RECEIPT
 from mens.run.rundir import RunDir
 
 GiB = 1024 ** 3
@@ -159,7 +160,7 @@ def gate(item: dict, afk, cfg, stop, log: Path, limit: int | None) -> bool | Non
             raise fail(item, f"exit {out.code}: no gate.json ({last_error(log)}; log {log})",
                        "gate")
     item["steps"]["gate"] = {"status": status, "passed": status == "pass", "why": why,
-                             "receipt": str(Path(run) / "gate.json")}
+                             "receipt": str(Path(run) / RECEIPT)}
     return status == "pass"
 
 

@@ -127,7 +127,7 @@ def task(cfg: DictConfig, out_dir: Path) -> int:
 def _measured_before(cfg: DictConfig, out_dir: Path) -> dict | None:
     """This job dir's record, when it holds a finished measurement of this very config."""
     try:
-        record = json.loads((out_dir / "calibration.json").read_text())
+        record = json.loads(RunDir(out_dir).calibration.read_text())
         job = json.loads((out_dir / "calibrate_job.json").read_text())
     except (OSError, ValueError):
         return None
@@ -136,7 +136,7 @@ def _measured_before(cfg: DictConfig, out_dir: Path) -> dict | None:
 
 
 def finish(record: dict, out_dir: Path) -> int:
-    RunDir(out_dir).write_json("calibration.json", record)
+    RunDir(out_dir).write_json(RunDir.CALIBRATION, record)
     m, p = record.get("measured_peak_bytes"), record["predicted_peak_bytes"]
     got = f"measured {m / 2**20:,.0f} MiB" if m is not None else "no measurement"
     print(f"mens calibrate: {record['status']} · {record['cell']} · {record['rung']['name']} "

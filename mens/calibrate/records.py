@@ -12,6 +12,7 @@ from pathlib import Path
 
 from mens.plan.memory import Arch, LaneModel, Shape, components, predict
 from mens.resources import EVIDENCE_DIR
+from mens.run.rundir import RunDir
 
 MiB = 2**20
 BIG = 512 * MiB         # relative errors count from here; below, errors are absolute
@@ -40,7 +41,7 @@ def collect(sources) -> tuple[list[dict], list[str]]:
     for src in sources:
         paths = [Path(p) for p in sorted(glob.glob(str(resolve(src))))] or [resolve(src)]
         for path in paths:
-            files = sorted(path.rglob("calibration.json")) if path.is_dir() else [path]
+            files = sorted(path.rglob(RunDir.CALIBRATION)) if path.is_dir() else [path]
             if not path.exists():
                 problems.append(f"{src}: no such file or directory")
             for f in files:

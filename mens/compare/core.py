@@ -23,6 +23,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from mens.errors import EXIT_OK, ConfigError
 from mens.run.rundir import RunDir
+from mens.run.telemetry import Event
 
 
 def task(cfg: DictConfig, out_dir: Path) -> int:
@@ -97,12 +98,13 @@ def load_models(run: Path, spec):
 
     rung = OmegaConf.to_container(spec.rung)
     seed = int(spec.train.seed)
-    if RunDir(run).has_adapter:
+    rd = RunDir(run)
+    if rd.artifact_kind == RunDir.ADAPTER:
         slots = Slots(rung, [Source.parse(f"adapter={run}", key="run")], seed=seed)
         return (slots, slots.slots[BASE]), (slots, slots.slots["adapter"])
-    if RunDir(run).has_model:
+    if rd.artifact_kind == RunDir.MODEL:
         before = Slots(rung, [], seed=seed)
-        after = Slots({**rung, "path": str(RunDir(run).model)}, [], seed=seed)
+        after = Slots({**rung, "path": str(rd.artifact)}, [], seed=seed)
         return (before, before.slots[BASE]), (after, after.slots[BASE])
     raise ConfigError(f"{run}: neither adapter/ nor model/ — the run has not finished. Compare "
                       f"a run dir with summary.json.", key="run")
@@ -245,7 +247,7 @@ def _flat(d, prefix: str = "") -> dict:
 
 
 def _run_metrics(run: Path) -> dict:
-    steps = RunDir(run).telemetry_rows("TRAIN_STEP")
+    steps = RunDir(run).telemetry_rows(Event.TRAIN_STEP)
     s = RunDir(run).read_summary()
     rates = [r["tokens_per_sec"] for r in steps if r.get("tokens_per_sec")]
     return {

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from mens.config.schema import DEFAULT_WANDB_PROJECT
 from mens.export.lineage import trained_run_id
-from mens.run.rundir import RunDir
+from mens.run.rundir import RunDir, wandb_artifact
 
 TABLE = ("final_loss", "eval_loss_base", "eval_loss_adapter", "tokens_per_sec",
          "predicted_peak_bytes", "measured_peak_bytes", "duration_s")
@@ -22,8 +22,7 @@ def sources(runs: list[Path]) -> list[str]:
     for run in runs:
         wid = trained_run_id(run)
         if wid:
-            full = RunDir(run).has_model and not RunDir(run).has_adapter
-            out.append(f"{'model' if full else 'adapter'}-{wid}")
+            out.append(wandb_artifact(RunDir(run).artifact_kind or RunDir.ADAPTER, wid))
     return out
 
 

@@ -64,7 +64,7 @@ def task(cfg: DictConfig, out_dir: Path) -> int:
         raise ConfigError("export.modelfile=true needs a GGUF for FROM: keep export.gguf non-empty "
                           "(or export.adapter_gguf with export.base_gguf), or set "
                           "export.modelfile=false.", key="export.modelfile")
-    out = _writable(Path(ex.out) if ex.out else run / "export")
+    out = _writable(Path(ex.out) if ex.out else RunDir(run).export)
     t0 = time.time()
     manifest = build(src, out, ex, types)
     print(f"mens: export done in {time.time() - t0:.1f} s · {out}")
@@ -187,7 +187,7 @@ def _source(run: Path, cfg) -> dict:
     lane, notes = rc.lane.kind, []
     if lane == "full":
         model = RunDir(run).model
-        if not RunDir(run).has_model:
+        if RunDir(run).artifact != model:
             raise ConfigError(f"{run} is a full-lane run without model/ (its trained weights): "
                               f"the run did not finish. Resume it (`python -m mens resume={run}`).",
                               key="run")

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from mens.config.schema import DEFAULT_WANDB_PROJECT
+from mens.run.rundir import artifact_name, wandb_artifact
 
 
 def trained_run_id(run_dir: Path) -> str | None:
@@ -32,7 +33,7 @@ def log_export(run_dir: Path, logger, out: Path, files: list[dict], lane: str) -
     os.environ.setdefault("WANDB_MODE", "offline")
     os.environ.setdefault("WANDB_SILENT", "true")
     mode = os.environ["WANDB_MODE"]
-    source = f"{'model' if lane == 'full' else 'adapter'}-{train_id}"   # what training logged
+    source = wandb_artifact(artifact_name(lane), train_id)   # what training logged
     project = logger.project or os.environ.get("WANDB_PROJECT") or DEFAULT_WANDB_PROJECT
     run = wandb.init(project=project, entity=logger.entity, dir=str(out),
                      name=f"export-{Path(run_dir).name}", job_type="export", mode=mode,

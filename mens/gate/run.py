@@ -22,7 +22,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from mens.errors import EXIT_OK, EXIT_REFUSED, ConfigError
 from mens.data.corpus import corpus_lock
-from mens.run.receipt import RECEIPT, artifact_sha256
+from mens.run.receipt import RECEIPT, artifact_sha256, write_receipt
 from mens.resources import CORPORA
 from mens.run.rundir import RunDir
 
@@ -176,7 +176,7 @@ def gate_run(run: Path | str, g, corpora: Path | str = CORPORA) -> dict:
         "spoke_result": rows[0], "collateral": {r["spoke"]: r for r in rows[1:]},
         "corpus_lock": {s: corpus_lock(s, corpora) for s in spokes()},
         "created": time.time(), "duration_s": round(time.time() - started, 2)}
-    rd.write_json(RECEIPT, receipt)
+    write_receipt(run, receipt)
     return receipt
 
 

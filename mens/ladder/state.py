@@ -37,6 +37,7 @@ from mens.plan.memory import GiB
 from mens.plan.spec import LADDER
 from mens.resources import CORPORA, option_path
 from mens.run.rundir import RunDir
+from mens.run.telemetry import first as first_row
 
 STATES = ("TRAINED+GATED", "TRAINED·UNGATED", "STALE", "BASE_SNAPSHOT_ABSENT",
           "DOES_NOT_FIT_LOCAL", "TRAIN_NOT_RUN")
@@ -59,18 +60,15 @@ def find_runs(root: Path | str) -> list[Path]:
         return []
     return sorted(p.parent for p in root.rglob(RunDir.SUMMARY)
                   if (p.parent / RunDir.SPEC).is_file()
-                  and not (p.parent / "calibration.json").is_file())
+                  and not RunDir(p.parent).is_calibration)
 
 
 def started(run: Path) -> float:
     """When the run began: its TRAIN_START row, else spec.yaml's time."""
     rd = RunDir(run)
-    if rd.telemetry.is_file():
-        import json
-        with open(rd.telemetry) as f:
-            first = f.readline()
-        if first.strip():
-            return float(json.loads(first).get("time", rd.spec.stat().st_mtime))
+    row = first_row(rd.telemetry)
+    if row:
+        return float(row.get("time", rd.spec.stat().st_mtime))
     return rd.spec.stat().st_mtime
 
 

@@ -323,13 +323,12 @@ def load_rerun(run_dir: str) -> DictConfig:
 
     from mens.config.validate import validate
     from mens.run.rundir import RunDir
+    from mens.run.telemetry import first as first_row
 
     run = RunDir(run_dir)
     if run.spec.is_file():
         saved = OmegaConf.load(run.spec)
-    elif run.telemetry.is_file():   # the first telemetry row carries the whole resolved spec
-        with open(run.telemetry) as f:
-            first = json.loads(f.readline())
+    elif (first := first_row(run.telemetry)) is not None:   # it carries the resolved spec
         saved = OmegaConf.create({**first["spec"], "detected": first["spec"].get("detected")})
     else:
         raise ConfigError(f"{run_dir}: neither spec.yaml nor telemetry.jsonl there. Give a run "

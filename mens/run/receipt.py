@@ -18,12 +18,7 @@ RECEIPT = "gate.json"
 
 def artifact_dir(run: Path | str) -> Path | None:
     """The trained artifact of a run: adapter/ (adapter lanes) or model/ (full lane)."""
-    rd = RunDir(run)
-    if rd.has_adapter:
-        return rd.adapter
-    if rd.has_model:
-        return rd.model
-    return None
+    return RunDir(run).artifact
 
 
 def artifact_sha256(run: Path | str) -> str | None:
@@ -35,6 +30,11 @@ def artifact_sha256(run: Path | str) -> str | None:
     for p in sorted(q for q in d.rglob("*") if q.is_file()):
         h.update(f"{p.relative_to(d).as_posix()}\0{sha256(p)}\n".encode())
     return h.hexdigest()
+
+
+def write_receipt(run: Path | str, receipt: dict) -> Path:
+    """<run>/gate.json (atomic, rank 0): the one writer of a receipt (mens.gate.run measures)."""
+    return RunDir(run).write_json(RECEIPT, receipt)
 
 
 def read_receipt(run: Path | str) -> dict | None:

@@ -3,7 +3,8 @@
     <run dir>/
       .hydra/  spec.yaml  plan.json  telemetry.jsonl  checkpoints/{last.ckpt,…}
       adapter/ (PEFT) or model/ (full lane)   summary.json (written last: a dir without it
-      is unfinished)   export/   outcome.json (a sweep job's exit)   calibration.json …
+      is unfinished)   export/   outcome.json (a sweep job's exit)   gate.json (receipt.py)
+      calibration.json (a calibration record: mens.calibrate)
 
 Every file is written atomically (a temp name in the same folder, then rename), so a reader
 never sees half a file and an interrupted job leaves no partial file under a final name.
@@ -16,6 +17,8 @@ import os
 import shutil
 from pathlib import Path
 from typing import Callable
+
+from mens.run.telemetry import read as read_telemetry
 
 
 def rank_zero() -> bool:
@@ -41,6 +44,7 @@ class RunDir:
     SPEC, PLAN, TELEMETRY, SUMMARY = "spec.yaml", "plan.json", "telemetry.jsonl", "summary.json"
     OUTCOME, CHECKPOINTS, ADAPTER, MODEL, EXPORT = ("outcome.json", "checkpoints", "adapter",
                                                     "model", "export")
+    CALIBRATION = "calibration.json"
 
     def __init__(self, path: Path | str):
         self.path = Path(path)
@@ -64,7 +68,8 @@ class RunDir:
     last_checkpoint = property(lambda self: self.path / self.CHECKPOINTS / "last.ckpt")
     adapter = property(lambda self: self.path / self.ADAPTER)
     model = property(lambda self: self.path / self.MODEL)
-    export = property(lambda self: self.path / self.EXPORT)
+    export = property(lambda self: self.path / self.EXPORT)   # export.out may put it elsewhere
+    calibration = property(lambda self: self.path / self.CALIBRATION)
 
     @property
     def finished(self) -> bool:
@@ -82,6 +87,27 @@ class RunDir:
     @property
     def has_model(self) -> bool:
         return (self.model / "config.json").is_file()
+
+    @property
+    def artifact(self) -> Path | None:
+        """The trained artifact: adapter/ (LoRA, QLoRA, DPO) or model/ (the full lane); None
+        while the run has saved neither. The one place that decides "adapter or full model"."""
+        if self.has_adapter:
+            return self.adapter
+        if self.has_model:
+            return self.model
+        return None
+
+    @property
+    def artifact_kind(self) -> str | None:
+        """RunDir.ADAPTER ("adapter"), RunDir.MODEL ("model") or None: `artifact`'s name."""
+        a = self.artifact
+        return None if a is None else a.name
+
+    @property
+    def is_calibration(self) -> bool:
+        """A calibration record's dir (mens.calibrate): a measurement, not a run to serve."""
+        return self.calibration.is_file()
 
     # --- writes (rank 0 only, atomic) -------------------------------------------------------
     def write_text(self, name: str, text: str) -> Path:
@@ -117,8 +143,16 @@ class RunDir:
         return self.read_json(self.SUMMARY)
 
     def telemetry_rows(self, event: str | None = None) -> list[dict]:
-        if not self.telemetry.is_file():
-            return []
-        with open(self.telemetry) as f:
-            rows = [json.loads(line) for line in f if line.strip()]
-        return [r for r in rows if event is None or r.get("event") == event]
+        """telemetry.jsonl's rows (of one event), through mens.run.telemetry's reader."""
+        return read_telemetry(self.telemetry, event)
+
+
+def artifact_name(lane: str) -> str:
+    """The dir a lane's training saves: model/ for the full lane, adapter/ for the others."""
+    return RunDir.MODEL if lane == "full" else RunDir.ADAPTER
+
+
+def wandb_artifact(kind: str, wandb_id: str) -> str:
+    """The wandb artifact training logs its weights as (mens.train.loggers.log_weights); export
+    and compare use it by this name. kind: RunDir.ADAPTER or RunDir.MODEL."""
+    return f"{kind}-{wandb_id}"

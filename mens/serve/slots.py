@@ -61,9 +61,9 @@ class Source:
         p = Path(path).expanduser()
         if (p / "adapter_config.json").is_file():
             adapter, run = p, (p.parent if RunDir(p.parent).spec.is_file() else None)
-        elif RunDir(p).has_adapter:
-            adapter, run = RunDir(p).adapter, p
-        elif RunDir(p).has_model:
+        elif RunDir(p).artifact_kind == RunDir.ADAPTER:
+            adapter, run = RunDir(p).artifact, p
+        elif RunDir(p).artifact_kind == RunDir.MODEL:
             raise ConfigError(
                 f"{p} is a full fine-tuning run (model/, no adapter): it is a whole model, not a "
                 f"slot on a base. Serve it as the base: `python -m mens.serve rung.path={p}/model`.",
@@ -313,8 +313,8 @@ def load_from_config(cfg) -> Slots:
             raise ConfigError(f"run={run}: no spec.yaml there; give a run dir that `python -m "
                               f"mens` wrote (outputs/<date>/<time>_train/).", key="run")
         rung, seed = spec["rung"], int((spec.get("train") or {}).get("seed", 0))
-        if RunDir(run).has_model and not RunDir(run).adapter.is_dir():
-            rung = {**rung, "path": str(RunDir(run).model)}   # full lane: its model is the base
+        if RunDir(run).artifact_kind == RunDir.MODEL:
+            rung = {**rung, "path": str(RunDir(run).artifact)}   # full lane: its model is the base
         else:
             sources.append(Source.parse(str(run), key="run"))
     sources += [Source.parse(str(a)) for a in cfg.serve.adapters]

@@ -14,9 +14,10 @@ from fastapi import Request
 from fastapi.responses import StreamingResponse
 
 from mens.run.rundir import RunDir
+from mens.run.telemetry import TERMINAL, Event, Tail, last, vocabulary
 from mens.studio.common import body, compose_plan
-from mens.studio.procs import (TERMINAL, Refused, Tail, check_overrides, find_runs, new_run_dir,
-                               rel, run_dir, run_status, slim, tail_rows)
+from mens.studio.procs import (Refused, check_overrides, find_runs, new_run_dir, rel, run_dir,
+                               run_status, slim)
 
 # action → (signal, what the trainer does with it); all go to the run's own child, by its pid
 SIGNALS = {"checkpoint": signal.SIGUSR1,   # CheckpointNow: save last.ckpt, keep training
@@ -36,7 +37,7 @@ def epoch_segments(run: Path, total: int | None) -> list[dict]:
     if gb <= 0:
         return []
     out, start = [], 0
-    for r in rd.telemetry_rows("CURRICULUM"):
+    for r in rd.telemetry_rows(Event.CURRICULUM):
         n = r.get("rows") or r.get("records") or 0
         steps = math.ceil(n / gb)
         if total is not None:
@@ -49,9 +50,9 @@ def epoch_segments(run: Path, total: int | None) -> list[dict]:
 def training(run: Path, child: dict | None) -> bool:
     """True once the child logged a TRAIN_STEP (the trainer's SIGUSR1 handler is installed at
     train start); rows from before this child (a resumed run) do not count."""
-    return bool(child) and any(r.get("event") == "TRAIN_STEP"
+    return bool(child) and any(r.get("event") == Event.TRAIN_STEP
                                and r.get("time", 0) >= child["started"]
-                               for r in tail_rows(run / RunDir.TELEMETRY))
+                               for r in last(RunDir(run).telemetry))
 
 
 def add_jobs(app, root: Path, procs) -> None:
@@ -100,10 +101,15 @@ def add_jobs(app, root: Path, procs) -> None:
             raise Refused(400, "action: checkpoint | pause | abort | resume | gate")
         return {"id": rel(root, run), "action": action}
 
+    @app.get("/api/telemetry")
+    def telemetry_vocabulary():
+        """The event names (mens.run.telemetry): the page reads the stream by these."""
+        return vocabulary()
+
     @app.get("/api/jobs/events")
     async def events(id: str, request: Request):
         run = run_dir(root, id)
-        tail = Tail(run / "telemetry.jsonl")
+        tail = Tail(RunDir(run).telemetry)
 
         async def stream():
             idle = 0

@@ -7,7 +7,6 @@ A run is named by its path relative to studio.runs (`studio-jobs/20261201-101500
 """
 from __future__ import annotations
 
-import json
 import os
 import re
 import signal
@@ -16,9 +15,10 @@ import sys
 import time
 from pathlib import Path
 
+from mens.run.receipt import RECEIPT
 from mens.run.rundir import RunDir
+from mens.run.telemetry import TERMINAL, Event, last
 
-TERMINAL = ("TRAIN_COMPLETE", "TRAIN_FAILED", "TRAIN_INTERRUPTED")
 # overrides the page may pass to a training or planning command: the run's axes and knobs,
 # never hydra.* (run dirs, launchers, callbacks), rerun/resume or another command's section
 OVERRIDE = re.compile(r"^\+?(hw|rung|spoke|data|lane|curriculum|logger|recipe|train|plan)"
@@ -65,45 +65,17 @@ def rel(root: Path, p: Path) -> str:
     return Path(p).resolve().relative_to(root).as_posix()
 
 
-# --- reading run dirs --------------------------------------------------------------------------
-def tail_rows(path: Path, nbytes: int = 65536) -> list[dict]:
-    """The rows in the last nbytes of a telemetry file (its beginning is never re-read)."""
-    try:
-        with open(path, "rb") as f:
-            f.seek(0, os.SEEK_END)
-            size = f.tell()
-            f.seek(max(0, size - nbytes))
-            chunk = f.read()
-    except OSError:
-        return []
-    lines = chunk.split(b"\n")
-    if size > nbytes:
-        lines = lines[1:]   # the first line is cut
-    return parse_rows(lines)
-
-
-def parse_rows(lines: list[bytes]) -> list[dict]:
-    """JSON rows of telemetry lines; a blank or unparsable line (a tail's cut edge, a row still
-    being written) is not a row."""
-    out = []
-    for line in lines:
-        try:
-            out.append(json.loads(line))
-        except ValueError:
-            continue
-    return out
-
-
+# --- reading run dirs (telemetry through mens.run.telemetry's reader) ---------------------------
 def run_status(root: Path, run: Path, alive: bool) -> dict:
-    rows = tail_rows(run / RunDir.TELEMETRY)
-    step = next((r for r in reversed(rows) if r.get("event") == "TRAIN_STEP"), None)
+    rows = last(RunDir(run).telemetry)
+    step = next((r for r in reversed(rows) if r.get("event") == Event.TRAIN_STEP), None)
     end = next((r["event"] for r in reversed(rows) if r.get("event") in TERMINAL), None)
     done = (run / RunDir.SUMMARY).is_file()
     state = "running" if alive else ("finished" if done else
-                                     {"TRAIN_INTERRUPTED": "interrupted",
-                                      "TRAIN_FAILED": "failed"}.get(end, "stopped"))
+                                     {Event.TRAIN_INTERRUPTED: "interrupted",
+                                      Event.TRAIN_FAILED: "failed"}.get(end, "stopped"))
     gate = None
-    if (run / "gate.json").is_file():
+    if (run / RECEIPT).is_file():
         from mens.run.receipt import receipt_status
         gate = receipt_status(run)[0]
     spec = {}
@@ -117,7 +89,8 @@ def run_status(root: Path, run: Path, alive: bool) -> dict:
             "lane": (spec.get("lane") or {}).get("kind"),
             "step": step and step.get("step"), "total": step and step.get("planned_steps_total"),
             "epoch": step and step.get("epoch"), "eta_s": step and step.get("eta_seconds_remaining"),
-            "loss": step and step.get("loss"), "has_adapter": RunDir(run).has_adapter,
+            "loss": step and step.get("loss"),
+            "has_adapter": RunDir(run).artifact_kind == RunDir.ADAPTER,
             "mtime": (run / RunDir.TELEMETRY).stat().st_mtime
             if (run / RunDir.TELEMETRY).is_file() else 0}
 
@@ -126,9 +99,9 @@ def find_runs(root: Path, limit: int = 60) -> list[Path]:
     """Run dirs (telemetry.jsonl) up to three levels below root, newest first; calibration
     records excluded (they are not runs to serve or gate)."""
     found = []
-    for pattern in ("*/telemetry.jsonl", "*/*/telemetry.jsonl", "*/*/*/telemetry.jsonl"):
-        found += [p.parent for p in root.glob(pattern)
-                  if not (p.parent / "calibration.json").is_file()]
+    for depth in ("*", "*/*", "*/*/*"):
+        found += [p.parent for p in root.glob(f"{depth}/{RunDir.TELEMETRY}")
+                  if not RunDir(p.parent).is_calibration]
     found.sort(key=lambda p: (p / RunDir.TELEMETRY).stat().st_mtime, reverse=True)
     return found[:limit]
 
@@ -144,33 +117,14 @@ SLIM = ("step", "epoch", "loss", "tokens_per_sec", "planned_peak_mb", "window_pe
 def slim(row: dict) -> dict | None:
     """What the chart needs of a telemetry row (TRAIN_START carries the whole spec: not that)."""
     ev = row.get("event")
-    if ev == "TRAIN_STEP":
+    if ev == Event.TRAIN_STEP:
         return {"event": ev, **{k: row.get(k) for k in SLIM if k in row}}
-    if ev in ("CHECKPOINT", "CURRICULUM", "EVAL", *TERMINAL):
+    if ev in (Event.CHECKPOINT, Event.CURRICULUM, Event.EVAL, *TERMINAL):
         return {k: v for k, v in row.items() if isinstance(v, (int, float, str, type(None)))}
-    if ev == "TRAIN_START":
+    if ev == Event.TRAIN_START:
         return {"event": ev, "time": row.get("time"),
                 "planned_peak_bytes": (row.get("plan") or {}).get("peak_bytes")}
     return None
-
-
-class Tail:
-    """Follows a telemetry file from where it last read: complete lines only."""
-
-    def __init__(self, path: Path):
-        self.path, self.pos, self.buf = path, 0, b""
-
-    def read(self) -> list[dict]:
-        try:
-            with open(self.path, "rb") as f:
-                f.seek(self.pos)
-                data = f.read(1 << 20)
-                self.pos = f.tell()
-        except OSError:
-            return []
-        self.buf += data
-        *lines, self.buf = self.buf.split(b"\n")
-        return parse_rows(lines)
 
 
 # --- processes -----------------------------------------------------------------------------------

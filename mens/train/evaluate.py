@@ -12,6 +12,7 @@ from mens.data.examples import examples_for
 from mens.data.formats import kind
 from mens.data.pack_order import EVAL_MICRO, eval_chunks  # noqa: F401 (shared with the loop)
 from mens.data.select import collateral_spoke, eval_records  # noqa: F401 (re-exported)
+from mens.run.telemetry import Event
 
 
 def eval_loss(model, examples, micro: int, seq_len: int, desc: str | None = None) -> dict:
@@ -77,7 +78,7 @@ def evaluate(model, sets: dict, tel, which: str, spec=None, refs: dict | None = 
         else:
             r = eval_loss(model, exs, EVAL_MICRO, max(len(e) for e in exs),
                           desc=f"eval {which} · {role} ({name})")
-        tel.emit("EVAL", model=which, split=role, spoke=name, **r)
+        tel.emit(Event.EVAL, model=which, split=role, spoke=name, **r)
         res[role] = {"spoke": name, **r}
     return res
 
@@ -131,4 +132,4 @@ def evaluate_base(model, sets: dict, spec, tel, refs: dict | None = None) -> dic
 def base_from_telemetry(rows: list[dict]) -> dict:
     """A resumed run's base numbers, from the first run's EVAL rows."""
     return {r["split"]: {k: r[k] for k in ("spoke", "loss", "tokens", "records")}
-            for r in rows if r["event"] == "EVAL" and r["model"] == "base"}
+            for r in rows if r["event"] == Event.EVAL and r["model"] == "base"}

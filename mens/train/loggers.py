@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 from mens.config.schema import DEFAULT_WANDB_PROJECT
+from mens.run.rundir import artifact_name, wandb_artifact
 
 
 def project(spec) -> str:
@@ -134,9 +135,9 @@ def log_weights(trainer, path: Path, spec) -> None:
 
     for logger in trainer.loggers:
         if isinstance(logger, WandbLogger):
-            kind = "model" if spec.lane.kind == "full" else "adapter"
-            # mens.export.lineage rebuilds this name from the run id: keep the two alike
-            art = wandb.Artifact(f"{kind}-{logger.experiment.id}", type=kind,
+            kind = artifact_name(spec.lane.kind)
+            # mens.export.lineage and mens.compare.lineage use it by this name (mens.run)
+            art = wandb.Artifact(wandb_artifact(kind, logger.experiment.id), type=kind,
                                  metadata={"rung": spec.rung.name, "spoke": spec.spoke.name,
                                            "lane": spec.lane.kind})
             art.add_dir(str(path))

@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Callable
 
 from mens.errors import ConfigError, DataError, Interrupted, MensError
-from mens.run.rundir import RunDir, rank_zero
+from mens.run.rundir import RunDir, artifact_name, rank_zero
+from mens.run.telemetry import Event
 from mens.train.telemetry import Telemetry, git_commit, host
 
 
@@ -67,16 +68,16 @@ def train_run(spec, plan, out_dir: Path, resume: bool = False,
     tel = Telemetry(run.telemetry)
     notes = list(spec.notes)
     if not resume:
-        tel.emit("TRAIN_START", spec=spec.to_dict(), plan=plan.to_dict(), git=git_commit(),
+        tel.emit(Event.TRAIN_START, spec=spec.to_dict(), plan=plan.to_dict(), git=git_commit(),
                  versions=spec.versions, host=host(), argv=sys.argv, allocator=heap,
                  world_size=size, strategy=strategy)
     else:
         _same_world(run, size)
-        tel.emit("RESUME", checkpoint=str(run.last_checkpoint), world_size=size)
+        tel.emit(Event.RESUME, checkpoint=str(run.last_checkpoint), world_size=size)
     for n in notes:
-        if n.startswith("GPU_FALLBACK"):
+        if n.startswith(Event.GPU_FALLBACK):
             print(f"mens: {n}", file=sys.stderr)
-            tel.emit("GPU_FALLBACK", detail=n)
+            tel.emit(Event.GPU_FALLBACK, detail=n)
     L.seed_everything(spec.train.seed, workers=True, verbose=False)
     torch.use_deterministic_algorithms(spec.hw.backend == "cpu", warn_only=True)
 
@@ -85,7 +86,7 @@ def train_run(spec, plan, out_dir: Path, resume: bool = False,
     records, data_stats, label = train_records(spec)
     phases = list(spec.curriculum.phases)
     examples, tok_stats = examples_for(records, tokenizer, spec, phases, pairs)
-    tel.emit("DATA", **{**data_stats, **tok_stats, "spoke": spec.spoke.name, "data": label,
+    tel.emit(Event.DATA, **{**data_stats, **tok_stats, "spoke": spec.spoke.name, "data": label,
                         "lock": list(getattr(spec, "data_lock", None) or [])})
     skipped = tok_stats["unsupervised_records_skipped"]
     if skipped:   # counted in the DATA row, said on the console
@@ -116,11 +117,11 @@ def train_run(spec, plan, out_dir: Path, resume: bool = False,
         packed, why = use_packed_attention(model, spec.train.seq_len)
         if not packed:
             notes.append(f"FALLBACK attention: {why}")
-    tel.emit("PATHS", attention="per_record" if packed else "block_mask" if spec.train.packing
+    tel.emit(Event.PATHS, attention="per_record" if packed else "block_mask" if spec.train.packing
              and not pairs else "padded", loss=spec.train.loss, heap=heap)   # what this run uses
     for n in notes[len(spec.notes):]:   # what loading did other than the spec said: loud, kept
         print(f"mens: note: {n}", file=sys.stderr)
-        tel.emit("NOTE", detail=n)
+        tel.emit(Event.NOTE, detail=n)
     trainable, total = trainable_count(model)
     data = MensData(spec, examples, records, pairs, mask_dtype_for(model.config),
                     eval_sets=loop_sets(sets) if spec.train.eval_every else None,
@@ -128,7 +129,7 @@ def train_run(spec, plan, out_dir: Path, resume: bool = False,
     counts = epoch_counts(records, list(spec.curriculum.caps), phases)
     for e, c in enumerate(counts):
         extra = {} if pairs or not spec.train.packing else packing_stats(data.epochs[e])
-        tel.emit("CURRICULUM", epoch=e, cap=spec.curriculum.caps[min(e, len(spec.curriculum.caps) - 1)],
+        tel.emit(Event.CURRICULUM, epoch=e, cap=spec.curriculum.caps[min(e, len(spec.curriculum.caps) - 1)],
                  **c, **extra)
     refs: dict = {}                        # held-out pairs' reference log-probs (dpo)
     # the base's numbers come from rank 0 (the other ranks' would be the same)
@@ -167,7 +168,7 @@ def _fit_and_finish(trainer, module, data, model, tokenizer, spec, plan, run, te
     except SystemExit:
         close_loggers(trainer, exit_code=Interrupted.code)
         if getattr(trainer, "mens_interrupted", False):
-            tel.emit("TRAIN_INTERRUPTED", exit_code=Interrupted.code, step=trainer.global_step,
+            tel.emit(Event.TRAIN_INTERRUPTED, exit_code=Interrupted.code, step=trainer.global_step,
                      checkpoint=str(last))
             raise Interrupted(f"interrupted: checkpoint saved to {last}; resume with "
                               f"`python -m mens resume={run}`.") from None
@@ -175,7 +176,7 @@ def _fit_and_finish(trainer, module, data, model, tokenizer, spec, plan, run, te
     except MensError as e:   # e.g. a non-finite loss: recorded, then exit with its code
         close_loggers(trainer, exit_code=e.code)
         kept = str(last) if last.exists() else None
-        tel.emit("TRAIN_FAILED", exit_code=e.code, step=trainer.global_step, message=e.message,
+        tel.emit(Event.TRAIN_FAILED, exit_code=e.code, step=trainer.global_step, message=e.message,
                  checkpoint=kept)
         e.message += (f" The last checkpoint before the failure is {kept}." if kept else
                       " No checkpoint had been written yet (train.checkpoint_every).")
@@ -192,7 +193,7 @@ def _fit_and_finish(trainer, module, data, model, tokenizer, spec, plan, run, te
         return share(None)
     log_eval(trainer, after)
     if base_eval is None:   # resumed: the base numbers are in the first run's EVAL rows
-        base_eval = base_from_telemetry(run.telemetry_rows("EVAL"))
+        base_eval = base_from_telemetry(run.telemetry_rows(Event.EVAL))
     trainable, total = params
     steps = next(c for c in trainer.callbacks if isinstance(c, StepTelemetry))
     tokens, secs = steps.trained_tokens, steps.train_seconds
@@ -205,7 +206,7 @@ def _fit_and_finish(trainer, module, data, model, tokenizer, spec, plan, run, te
     if trims:   # what the heap trims cost (mens.train.allocator)
         summary.update(heap_trims=trims.counts["heap_trims"],
                        heap_trim_s=round(trims.counts["heap_trim_s"], 3))
-    tel.emit("TRAIN_COMPLETE", **summary)
+    tel.emit(Event.TRAIN_COMPLETE, **summary)
     log_weights(trainer, saved, spec)
     close_loggers(trainer, summary)
     tel.close()
@@ -247,8 +248,7 @@ def _save_outputs(model, tokenizer, spec, run: RunDir, state_dict=None) -> Path:
         elif hub_base:   # portable: the base by hub id and commit, not this machine's cache path
             from mens.source.hub import portable_adapter
             portable_adapter(tmp, r.repo_id, r.commit or r.revision)
-    which = RunDir.MODEL if spec.lane.kind == "full" else RunDir.ADAPTER
-    return run.save_dir(which, save)
+    return run.save_dir(artifact_name(spec.lane.kind), save)
 
 
 def _unsharded_name(config: Path, name: str) -> None:

@@ -1,8 +1,9 @@
-"""telemetry.jsonl: one JSON object per event, append-only, flushed as it is written.
+"""telemetry.jsonl's writer: one JSON object per event, append-only, flushed as it is written.
 
-Events: TRAIN_START (resolved spec, plan, git commit, package versions, host), TRAIN_STEP,
-EVAL, CHECKPOINT, GPU_FALLBACK, CURRICULUM, DATA, TRAIN_COMPLETE. A reading a backend cannot
-give is `null`, never a made-up 0. The first row alone re-launches the run (`rerun=<dir>`).
+The events and their rows are mens.run.telemetry's vocabulary (Event, and a TypedDict per
+event), read back by its reader. The first row (resolved spec, plan, git commit, package
+versions, host) alone re-launches the run (`rerun=<dir>`). A reading a backend cannot give is
+`null`, never a made-up 0.
 """
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import time
 from pathlib import Path
 
 from mens.run.rundir import rank_zero
+from mens.run.telemetry import Event
 
 ROOT = Path(__file__).resolve().parent.parent.parent   # the source checkout, when there is one
 
@@ -29,8 +31,10 @@ class Telemetry:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._f = open(self.path, "a", buffering=1)   # line-buffered: every row reaches disk
 
-    def emit(self, event: str, **fields) -> dict:
-        row = {"event": event, "time": time.time(), **fields}
+    def emit(self, event: Event, **fields) -> dict:
+        # Event(...) raises on a name outside the vocabulary: a misspelt event is a bug to see
+        # at once, not a row no reader ever matches
+        row = {"event": Event(event).value, "time": time.time(), **fields}
         if self._f is not None:
             self._f.write(json.dumps(row, default=_jsonable) + "\n")
             self._f.flush()
@@ -47,11 +51,6 @@ def _jsonable(o):
     if isinstance(o, Path):
         return str(o)
     return str(o)
-
-
-def read(path: Path) -> list[dict]:
-    with open(path) as f:
-        return [json.loads(line) for line in f if line.strip()]
 
 
 def git_commit() -> dict:

@@ -14,6 +14,7 @@ from lightning.pytorch.callbacks import Callback, ModelCheckpoint, TQDMProgressB
 from mens.run.rundir import RunDir
 from mens.train.loggers import make_loggers
 from mens.train.strategy import lightning_devices, sum_over_ranks
+from mens.run.telemetry import Event
 from mens.train.telemetry import resource_readings
 
 LIGHTNING_PRECISION = {"bf16": "bf16-mixed", "fp16": "16-mixed", "fp32": "32-true"}
@@ -93,7 +94,7 @@ class StepTelemetry(Callback):
                "progress_fraction": step / self.planned if self.planned else None,
                "steps_per_sec_ema": self.ema, **resource_readings(self.backend)}
         row.update({k: float(v) for k, v in module.last.items() if k != "loss"})
-        self.tel.emit("TRAIN_STEP", **row)
+        self.tel.emit(Event.TRAIN_STEP, **row)
         metrics = {METRICS[k]: v for k, v in row.items() if k in METRICS and v is not None}
         metrics.update({f"train/{k}": v for k, v in row.items() if k.startswith("rewards/")})
         for logger in trainer.loggers:
@@ -116,7 +117,7 @@ class HeldOutEval(Callback):
         for i, (role, name) in enumerate(self.roles):
             total, tokens = module.val_sums.get(i, (0.0, 0))
             loss = total / max(tokens, 1)
-            self.tel.emit("EVAL", model="training", step=trainer.global_step, split=role,
+            self.tel.emit(Event.EVAL, model="training", step=trainer.global_step, split=role,
                           spoke=name, loss=loss, tokens=tokens)
             metrics[eval_metric(role)] = loss
         module.log("eval/loss", metrics.get("eval/loss", float("nan")), prog_bar=True,
@@ -149,7 +150,7 @@ class MensCheckpoint(ModelCheckpoint):
     def _save_checkpoint(self, trainer, filepath):
         super()._save_checkpoint(trainer, filepath)
         if filepath == self.last_model_path:   # set by Lightning before it saves last.ckpt
-            self.tel.emit("CHECKPOINT", step=trainer.global_step, epoch=trainer.current_epoch,
+            self.tel.emit(Event.CHECKPOINT, step=trainer.global_step, epoch=trainer.current_epoch,
                           path=str(filepath), world_size=trainer.world_size)
 
 
@@ -162,7 +163,7 @@ class Interrupt(Callback):
         if isinstance(exception, KeyboardInterrupt):
             trainer.save_checkpoint(str(self.path))
             trainer.mens_interrupted = True
-            self.tel.emit("CHECKPOINT", step=trainer.global_step, epoch=trainer.current_epoch,
+            self.tel.emit(Event.CHECKPOINT, step=trainer.global_step, epoch=trainer.current_epoch,
                           path=str(self.path), reason="interrupted", world_size=trainer.world_size)
 
 
@@ -202,7 +203,7 @@ class CheckpointNow(Callback):
             return
         self.asked = False
         trainer.save_checkpoint(str(self.path))
-        self.tel.emit("CHECKPOINT", step=trainer.global_step, epoch=trainer.current_epoch,
+        self.tel.emit(Event.CHECKPOINT, step=trainer.global_step, epoch=trainer.current_epoch,
                       path=str(self.path), reason="requested", world_size=trainer.world_size)
 
     def on_train_end(self, trainer, module):

@@ -11,6 +11,8 @@ import time
 from pathlib import Path
 
 from conftest import FAST_TRAIN
+from mens.run.rundir import RunDir
+from mens.run.telemetry import read
 
 # a tiny cell that trains in a few seconds and checkpoints every step (so a kill always
 # finds a checkpoint once one CHECKPOINT row is written)
@@ -53,16 +55,8 @@ def items(afk_dir: Path) -> dict[str, dict]:
 
 
 def rows(run_dir: Path | str, event: str | None = None) -> list[dict]:
-    tel = Path(run_dir) / "telemetry.jsonl"
-    if not tel.is_file():
-        return []
-    out = []
-    for line in tel.read_text().splitlines():
-        try:
-            out.append(json.loads(line))
-        except ValueError:   # a row being written right now
-            continue
-    return [r for r in out if event is None or r.get("event") == event]
+    # not strict: these runs are SIGKILLed on purpose, and a resume appends after a half row
+    return read(RunDir(run_dir).telemetry, event, strict=False)
 
 
 def wait_for(pred, proc: subprocess.Popen, what: str, timeout: float = 300) -> None:

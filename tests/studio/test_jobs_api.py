@@ -40,6 +40,31 @@ def wait(cond, timeout, what):
     raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
+def test_the_page_reads_the_stream_by_the_servers_event_names(client):
+    """/api/telemetry is mens.run.telemetry's vocabulary; /api/jobs/events tails a run's rows
+    (slimmed for the chart) and ends at a terminal row."""
+    from mens.run.telemetry import vocabulary
+    c, runs = client
+    v = c.get("/api/telemetry").json()
+    assert v == vocabulary() and v["events"]["CHECKPOINT"] == "CHECKPOINT"
+    run = runs / "old"
+    run.mkdir(parents=True)
+    (run / "telemetry.jsonl").write_text("".join(json.dumps(r) + "\n" for r in [
+        {"event": "TRAIN_START", "time": 1.0, "plan": {"peak_bytes": 5}, "spec": {"big": 1}},
+        {"event": "DATA", "time": 1.5},
+        {"event": "TRAIN_STEP", "time": 2.0, "step": 1, "loss": 2.5, "argv": ["x"]},
+        {"event": "CHECKPOINT", "time": 3.0, "step": 1, "path": "p"},
+        {"event": "TRAIN_COMPLETE", "time": 4.0, "steps": 1}]))
+    body = c.get("/api/jobs/events", params={"id": "old"}).text
+    got = [json.loads(line[6:]) for line in body.splitlines() if line.startswith("data: {\"")]
+    assert [r["event"] for r in got] == ["TRAIN_START", "TRAIN_STEP", "CHECKPOINT",
+                                         "TRAIN_COMPLETE"]
+    assert got[0] == {"event": "TRAIN_START", "time": 1.0, "planned_peak_bytes": 5}
+    assert "argv" not in got[1] and body.rstrip().endswith("data: {}")
+    (status,) = c.get("/api/jobs").json()["runs"]
+    assert status["state"] == "stopped" and status["step"] == 1 and status["loss"] == 2.5
+
+
 def test_checkpoint_now_waits_for_the_trainer_and_abort_signals_the_child(client):
     c, runs = client
     rid = c.post("/api/jobs", json={"overrides": [*FAST, "train.max_steps=50"]}).json()["id"]

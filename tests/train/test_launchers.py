@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from conftest import FAST_TRAIN
-from mens.train.telemetry import read
+from mens.run.telemetry import read
 
 
 def mens(*args, cwd: Path, timeout: int = 900) -> subprocess.CompletedProcess:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import yaml
 
 from conftest import FAST_TRAIN
-from mens.train.telemetry import read
+from mens.run.telemetry import problems, read
 
 # what every run logs per optimizer step (names of mens.train.trainer.METRICS)
 PER_STEP = {"train/loss", "train/lr", "train/grad_norm", "perf/tokens_per_sec",
@@ -41,6 +41,8 @@ def test_tensorboard_holds_every_step_metric_and_the_validation_loops_evals(tmp_
             "summary/predicted_peak_bytes"} <= tags
     # the validation loop scores as evaluate() does: its step-4 number is summary.json's
     assert abs(evals[1][1] - summary["eval_loss_adapter"]) < 1e-4 * summary["eval_loss_adapter"]
+    # every row a real run writes has the fields mens.run.telemetry says it has
+    assert [p for r in read(tmp_path / "telemetry.jsonl") for p in problems(r)] == []
     rows = [r for r in read(tmp_path / "telemetry.jsonl") if r["event"] == "EVAL"]
     assert [(r["model"], r.get("step")) for r in rows if r["split"] == "eval"] == \
         [("base", None), ("training", 2), ("training", 4), ("adapter", None)]

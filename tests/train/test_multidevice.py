@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from mens.train.telemetry import read
+from mens.run.telemetry import read
 from test_train_cli import mens
 
 BASE = ["+hw=cpu", "logger=csv", "train.seq_len=256", "curriculum=flat",

@@ -11,7 +11,7 @@ CLASSIC = ["train.attention=block_mask", "train.loss=full_logits", "train.heap=d
 
 
 def _losses(run):
-    from mens.train.telemetry import read
+    from mens.run.telemetry import read
     return [r["loss"] for r in read(run / "telemetry.jsonl") if r["event"] == "TRAIN_STEP"]
 
 
@@ -38,7 +38,7 @@ def test_the_classic_paths_train_the_same_losses(two_runs):
 
 
 def test_the_default_is_the_lean_paths_and_the_plan_says_when_it_is_not(two_runs):
-    from mens.train.telemetry import read
+    from mens.run.telemetry import read
 
     spec, plan, summary, run = two_runs["lean"]
     assert (spec.train.attention, spec.train.loss, spec.train.heap) == ("per_record", "chunked",

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from conftest import FAST_TRAIN
-from mens.train.telemetry import read
+from mens.run.telemetry import read
 
 FAST = FAST_TRAIN
 

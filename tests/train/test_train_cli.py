@@ -15,7 +15,7 @@ import pytest
 from conftest import FAST_TRAIN
 from wandb_util import wandb_groups, wandb_run
 from mens.resources import CORPORA
-from mens.train.telemetry import read
+from mens.run.telemetry import read
 
 FAST = FAST_TRAIN
 

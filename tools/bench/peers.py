@@ -68,13 +68,14 @@ def _rates(marks: list[tuple[float, int]]) -> float:
 
 
 def run_mens(args: dict) -> dict:
+    from mens.run.rundir import RunDir
+    from mens.run.telemetry import Event
     from mens.train.run import train_run
-    from mens.train.telemetry import read
 
     spec, plan, _, _ = _setup(args)
     with tempfile.TemporaryDirectory() as tmp:
         summary = train_run(spec, plan, Path(tmp))
-        rows = [r for r in read(Path(tmp) / "telemetry.jsonl") if r["event"] == "TRAIN_STEP"]
+        rows = RunDir(tmp).telemetry_rows(Event.TRAIN_STEP)
     return {"tokens_per_s": statistics.median(r["tokens_per_sec"] for r in rows[1:]),
             "peak_bytes": summary["measured_peak_bytes"], "seq_len": spec.train.seq_len}
 

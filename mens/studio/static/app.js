@@ -170,19 +170,26 @@ async function control(id, action) {
   catch (e) { say(e.message); }
   setTimeout(loadJobs, 800);
 }
-function watch(id) {
+// the telemetry event names come from the server (mens.run.telemetry): the page spells none
+let vocabulary = null;
+async function watch(id) {
   if (source && watching === id && source.readyState !== 2) return;
   if (source) source.close();
   watching = id; rows = []; markers = []; ceiling = null; t0 = null;
   $("#chart-run").textContent = id;
+  vocabulary = vocabulary || api("/api/telemetry").catch(e => { vocabulary = null; throw e; });
+  const { events: E, terminal } = await vocabulary;
+  if (watching !== id) return;   // another run was picked meanwhile
+  if (source) source.close();
   source = new EventSource("/api/jobs/events?id=" + encodeURIComponent(id));
   source.onmessage = ev => {
     const r = JSON.parse(ev.data);
     if (t0 == null && r.time != null) t0 = r.time;
-    if (r.event === "TRAIN_STEP") { rows.push(r); if (r.planned_peak_mb) ceiling = r.planned_peak_mb; }
-    else if (r.event === "CHECKPOINT" || r.event === "CURRICULUM")
-      markers.push({ step: r.step ?? (rows.at(-1)?.step || 0), time: r.time, kind: r.event, reason: r.reason });
-    else if (r.event.startsWith("TRAIN_") && r.event !== "TRAIN_START") loadJobs();
+    if (r.event === E.TRAIN_STEP) { rows.push(r); if (r.planned_peak_mb) ceiling = r.planned_peak_mb; }
+    else if (r.event === E.CHECKPOINT || r.event === E.CURRICULUM)
+      markers.push({ step: r.step ?? (rows.at(-1)?.step || 0), time: r.time,
+                     checkpoint: r.event === E.CHECKPOINT, reason: r.reason });
+    else if (terminal.includes(r.event)) loadJobs();
     draw();
   };
   source.addEventListener("end", () => { source.close(); loadJobs(); });
@@ -217,7 +224,7 @@ function draw() {
   }
   $("#chart-legend").textContent = series.map(s => s.name + (s.key ? ` [${s.key}]` : "")).join(" · ");
   Chart.draw($("#chart"), series, { xlabel: byTime ? "s" : "step",
-    markers: markers.map(m => ({ x: byTime ? (m.time ?? t0) - (t0 ?? 0) : m.step, kind: m.kind })) });
+    markers: markers.map(m => ({ x: byTime ? (m.time ?? t0) - (t0 ?? 0) : m.step, checkpoint: m.checkpoint })) });
 }
 document.querySelectorAll(".channels input, #xaxis").forEach(i => i.addEventListener("change", draw));
 

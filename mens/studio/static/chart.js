@@ -18,7 +18,7 @@ const Chart = {
     ctx.fillStyle = "#5b6570"; ctx.fillText(fmt(x0), pad, H - pad + 14);
     ctx.fillText(fmt(x1), W - pad - 50, H - pad + 14);
     for (const m of opts.markers) {
-      ctx.strokeStyle = m.kind === "CHECKPOINT" ? "#999" : "#c9a400"; ctx.setLineDash([2, 3]);
+      ctx.strokeStyle = m.checkpoint ? "#999" : "#c9a400"; ctx.setLineDash([2, 3]);
       ctx.beginPath(); ctx.moveTo(X(m.x), 8); ctx.lineTo(X(m.x), H - pad); ctx.stroke();
       ctx.setLineDash([]);
     }
