@@ -10,7 +10,7 @@ from userdata import chat_records, write_jsonl
 
 from mens.data.clean import hash_fraction, hold_out, record_id
 from mens.data.sources import load_data
-from mens.train.telemetry import read
+from mens.run.telemetry import read
 
 BASE = {"source": "file", "eval_fraction": 0.05, "decontam_n": 13, "decontam_threshold": 0.5}
 

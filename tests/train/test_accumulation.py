@@ -16,7 +16,7 @@ from safetensors.torch import load_file
 
 from conftest import FAST_TRAIN
 from mens.train.datamodule import Position, SkipBatches, supervised_tokens
-from mens.train.telemetry import read
+from mens.run.telemetry import read
 
 SPLITS = [(4, 1), (2, 2), (1, 4)]
 
