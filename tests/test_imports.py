@@ -269,22 +269,29 @@ def violations_order(g: Graph) -> list[str]:
         out += [f"{imp}  [{package(mod)} (level {LEVEL[package(mod)]}) imports "
                 f"{package(dep)} (level {LEVEL[package(dep)]})]" for imp, dep in _internal(g, mod)
                 if LEVEL.get(package(dep), -1) > LEVEL[package(mod)]]
-    edges, seen = _package_edges(g), set()
-    for start in sorted(edges):        # a shortest package cycle through each package
+    edges = _package_edges(g)
+    return out + ["package cycle: " + " -> ".join(
+        [c[0]] + [f"{b} ({edges[a][b]})" for a, b in zip(c, c[1:])]) for c in cycles(edges)]
+
+
+def cycles(edges: dict[str, dict]) -> list[list[str]]:
+    """A shortest cycle through each node of a graph {node: {neighbour: …}}, each cycle once
+    (breadth-first from every node, in sorted order): [a, b, …, a]."""
+    seen, out = set(), []
+    for start in sorted(edges):
         paths, frontier, cycle = {start: [start]}, [start], None
         while frontier and not cycle:
             frontier, nxt = [], frontier
-            for p in nxt:
-                for d in sorted(edges.get(p, {})):
+            for m in nxt:
+                for d in sorted(edges.get(m, {})):
                     if d == start:
-                        cycle = cycle or paths[p] + [start]
+                        cycle = cycle or paths[m] + [start]
                     elif d not in paths:
-                        paths[d] = paths[p] + [d]
+                        paths[d] = paths[m] + [d]
                         frontier.append(d)
         if cycle and frozenset(cycle) not in seen:
             seen.add(frozenset(cycle))
-            out.append("package cycle: " + " -> ".join(
-                [start] + [f"{b} ({edges[a][b]})" for a, b in zip(cycle, cycle[1:])]))
+            out.append(cycle)
     return out
 
 
@@ -294,23 +301,8 @@ def violations_cycles(g: Graph) -> list[str]:
     for mod in g.modules:
         for imp, dep in _internal(g, mod):
             edges[mod].setdefault(dep, imp)
-    seen, out = set(), []
-    for start in sorted(g.modules):      # a shortest cycle through each module, deduplicated
-        paths, frontier, cycle = {start: [start]}, [start], None
-        while frontier and not cycle:
-            frontier, nxt = [], frontier
-            for m in nxt:
-                for d in sorted(edges[m]):
-                    if d == start:
-                        cycle = cycle or paths[m] + [start]
-                    elif d not in paths:
-                        paths[d] = paths[m] + [d]
-                        frontier.append(d)
-        if cycle and frozenset(cycle) not in seen:
-            seen.add(frozenset(cycle))
-            out.append(" -> ".join([start] + [f"{b} ({edges[a][b].file}:{edges[a][b].line})"
-                                              for a, b in zip(cycle, cycle[1:])]))
-    return out
+    return [" -> ".join([c[0]] + [f"{b} ({edges[a][b].file}:{edges[a][b].line})"
+                                  for a, b in zip(c, c[1:])]) for c in cycles(edges)]
 
 
 RULES = {"light": violations_light, "cli": violations_cli, "stages": violations_stages,
