@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import csv
 import glob
-import hashlib
 import io
 import json
 from dataclasses import dataclass, field

@@ -107,6 +107,7 @@ def hf_config(rung):
     import transformers
 
     from mens.plan.memory import Arch
+    from mens.source.families import DEFAULT_FAMILY
 
     if not isinstance(rung, Arch) and (own := _config_json(rung)) is not None:
         config = transformers.AutoConfig.from_pretrained(str(own.parent))
