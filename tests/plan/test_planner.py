@@ -79,9 +79,12 @@ def test_invalid_by_rule_is_a_config_error(compile_run, args, key):
 def test_qlora_where_bitsandbytes_lacks_the_backend(compile_run, monkeypatch):
     import mens.plan.hardware
     monkeypatch.setattr(mens.plan.hardware, "BNB_NF4", [((0, 43), {"cuda"})])   # as before 0.50
-    with pytest.raises(ConfigError) as e:
-        compile_run("+hw=cpu", "lane=qlora")
+    with pytest.raises(ConfigError) as e:   # a run that would train here refuses
+        compile_run("+hw=cpu", "lane=qlora", purpose="train")
     assert e.value.key == "lane" and "bitsandbytes" in e.value.message
+    # a plan is for any machine (issue #25): it plans and says this one cannot train it
+    spec, _ = compile_run("+hw=cpu", "lane=qlora")
+    assert any("cannot train on this machine" in n for n in spec.notes)
     assert compile_run("+hw=h100", "lane=qlora")[1].fits
 
 
