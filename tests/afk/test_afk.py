@@ -44,6 +44,7 @@ def _resumed(run_dir: str) -> None:
     assert after[0] == ckpt + 1 and after[-1] == steps == STEPS, (before, ckpt, after)
 
 
+@pytest.mark.slow   # in `make test-slow` (CI runs it): keeps `make test` near 20 min
 def test_pause_between_items_then_sigkill_mid_training_resumes(tmp_path):
     """Two cells: paused after the first; started again and SIGKILLed (queue and child, the
     whole process group) while the second trains; started again: the second resumes from its

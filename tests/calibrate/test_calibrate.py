@@ -12,6 +12,7 @@ from mens.plan.memory import Arch, LaneModel, Shape, components, load_contract
 FAST = ["+hw=cpu", "logger=csv", "curriculum=flat", "calibrate.eval_records=1"]
 
 
+@pytest.mark.slow   # in `make test-slow` (CI runs it): keeps `make test` near 20 min
 def test_sweep_writes_one_record_per_job_each_from_its_own_child(tmp_path, mens_cli):
     p = mens_cli("mens.calibrate", "-m", "lane=qlora,full", *FAST, "train.seq_len=128",
                  "train.micro_batch=2", "rung.init=random", "calibrate.steps=2",

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from userdata import chat_records, write_jsonl
 
 from mens.data.clean import hash_fraction, hold_out, record_id
@@ -43,6 +44,7 @@ def test_nine_records_hold_one_out_and_say_so(tmp_path):
     assert "held out none of 9 records" in ds.stats["eval_from"]
 
 
+@pytest.mark.slow   # in `make test-slow` (CI runs it): keeps `make test` near 20 min
 def test_nine_records_train_with_the_defaults(tmp_path, mens_cli):
     path = write_jsonl(tmp_path / "nine.jsonl", nine_none_held())
     run = tmp_path / "run"

@@ -47,6 +47,7 @@ def _steps(run):
     return [r for r in read(run / "telemetry.jsonl") if r["event"] == "TRAIN_STEP"]
 
 
+@pytest.mark.slow   # in `make test-slow` (CI runs it): keeps `make test` near 20 min
 def test_every_split_trains_the_same_curve(runs):
     ref = _steps(runs[(4, 1)])
     assert [r["step"] for r in ref] == [1, 2, 3]
@@ -58,6 +59,7 @@ def test_every_split_trains_the_same_curve(runs):
             assert a["valid_tokens"] == b["valid_tokens"], split   # the same rows per step
 
 
+@pytest.mark.slow   # in `make test-slow` (CI runs it): keeps `make test` near 20 min
 def test_every_split_ends_with_the_same_adapter(runs):
     ref = load_file(runs[(4, 1)] / "adapter" / "adapter_model.safetensors")
     for split in SPLITS[1:]:

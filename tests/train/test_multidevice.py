@@ -53,6 +53,7 @@ def lora_runs(tmp_path_factory):
                                                         "hw.strategy=ddp")
 
 
+@pytest.mark.slow   # in `make test-slow` (CI runs it): keeps `make test` near 20 min
 def test_ddp_lora_two_processes_match_one(lora_runs):
     _, one, two = lora_runs
     assert_same_curve(one, two)
@@ -65,6 +66,7 @@ def test_ddp_lora_two_processes_match_one(lora_runs):
     assert spec["hw"]["devices"] == 2 and spec["train"]["micro_batch"] == 2
 
 
+@pytest.mark.slow   # in `make test-slow` (CI runs it): keeps `make test` near 20 min
 def test_only_rank_zero_writes_and_tokens_sum_over_ranks(lora_runs):
     _, one, two = lora_runs
     rows = read(two / "telemetry.jsonl")
@@ -82,6 +84,7 @@ def test_only_rank_zero_writes_and_tokens_sum_over_ranks(lora_runs):
     assert sorted(p.name for p in two.glob("*.json")) == ["plan.json", "summary.json"]
 
 
+@pytest.mark.slow   # in `make test-slow` (CI runs it): keeps `make test` near 20 min
 def test_resume_at_another_world_size_exits_2_naming_both(lora_runs, tmp_path):
     import shutil
 

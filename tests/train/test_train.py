@@ -97,6 +97,7 @@ def adapter_tensors(path: Path):
     return load_file(str(path / "adapter" / "adapter_model.safetensors"))
 
 
+@pytest.mark.slow   # in `make test-slow` (CI runs it): keeps `make test` near 20 min
 def test_sigkill_then_resume_ends_with_the_same_adapter(tmp_path):
     steps = ["train.max_steps=8", "train.checkpoint_every=3"]
     whole = cli(*steps, f"hydra.run.dir={tmp_path}/whole", cwd=tmp_path)

@@ -57,6 +57,7 @@ def test_diverging_loss_exits_4_and_keeps_the_checkpoint(tmp_path):
     assert failed and failed[0]["exit_code"] == 4 and failed[0]["checkpoint"]
 
 
+@pytest.mark.slow   # in `make test-slow` (CI runs it): keeps `make test` near 20 min
 def test_ctrl_c_checkpoints_exits_130_and_resumes(tmp_path):
     run = tmp_path / "run"
     proc = subprocess.Popen([sys.executable, "-m", "mens", *FAST, "train.max_steps=10",
@@ -86,6 +87,7 @@ def test_ctrl_c_checkpoints_exits_130_and_resumes(tmp_path):
         summary
 
 
+@pytest.mark.slow   # in `make test-slow` (CI runs it): keeps `make test` near 20 min
 def test_multirun_sweep_gives_each_job_a_run_dir_and_one_wandb_group(tmp_path):
     """Issue #17's acceptance, shortened (the full one: test_acceptance_sweep, slow): each
     job's wandb run holds per-step lr, tokens/s and memory, eval/loss points, a descriptive
