@@ -134,6 +134,7 @@ def test_planning_a_named_tier_imports_no_torch(tmp_path):
     assert p.returncode == 0 and "clean" in p.stdout, p.stderr
 
 
+@pytest.mark.slow   # in `make test-slow` (CI runs it): keeps `make test` near 20 min
 def test_spec_yaml_relaunches_the_same_run(mens_cli, tmp_path):
     first = mens_cli("mens", "spoke=structured_shell", "train.global_batch=4", "logger=none",
                      "train.max_steps=2", "train.seq_len=256", "curriculum=flat",

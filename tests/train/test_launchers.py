@@ -25,6 +25,7 @@ def outcomes(sweep: Path) -> dict[str, int]:
             for p in sweep.glob("*/outcome.json")}
 
 
+@pytest.mark.slow   # in `make test-slow` (CI runs it): keeps `make test` near 20 min
 def test_a_training_sweep_runs_through_submitit(tmp_path):
     """Two jobs train, each in a submitit process of its own; a third is a bad config (exit 2).
     The parent reads the jobs' outcome files (its callbacks never saw the jobs) and exits 2."""

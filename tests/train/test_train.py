@@ -124,6 +124,7 @@ def test_sigkill_then_resume_ends_with_the_same_adapter(tmp_path):
     assert any(r["event"] == "RESUME" for r in read(tel))
 
 
+@pytest.mark.slow   # in `make test-slow` (CI runs it): keeps `make test` near 20 min
 def test_first_telemetry_row_alone_relaunches_the_run(tmp_path):
     first = cli("train.max_steps=4", f"hydra.run.dir={tmp_path}/orig", cwd=tmp_path)
     assert first.wait(timeout=600) == 0, first.stderr.read()

@@ -167,6 +167,7 @@ def test_acceptance_sweep(tmp_path):
     check_wandb_runs(jobs, steps=12, evals=4, project="mens")
 
 
+@pytest.mark.slow   # in `make test-slow` (CI runs it): keeps `make test` near 20 min
 def test_sigusr1_checkpoints_now_and_training_goes_on(tmp_path):
     """The studio's "checkpoint now": SIGUSR1 → last.ckpt at the next optimizer step, a
     CHECKPOINT row with reason "requested", and the run still finishes (exit 0)."""
