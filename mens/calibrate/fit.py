@@ -41,7 +41,9 @@ from mens.calibrate.records import (BIG, MULTI_TERMS, TERMS, MiB, collect,  # no
                                     one_device_key, other_paths, predicted_raw,
                                     record_components, resolve, term_columns, why_excluded,
                                     world_size)
-from mens.plan.memory import model_digest, usable_cell, with_uncertainty
+from mens.calibrate.external import fit_external, merge_external
+from mens.calibrate.speed import fit_speed
+from mens.plan.memory import min_margin, model_digest, usable_cell, with_uncertainty
 
 MIN_SHARE = 0.01        # below this share of every record's prediction a term is not fitted
 U_MIN = 0.02            # no cell claims better than ±2 %
@@ -263,7 +265,11 @@ def _uncertainty(y: np.ndarray, loo: np.ndarray, repeat: float = 0.0) -> tuple[f
 
 
 def fit(records: list[dict], contract) -> dict:
-    """{cells: {key: cell}, refused: {key: message}, excluded: [{id, cell, reason}]}."""
+    """{cells: {key: cell}, refused: {key: message}, excluded: [{id, cell, reason}],
+    external: the joint fit of published records (mens.calibrate.external), speed: the speed
+    model (mens.calibrate.speed)}."""
+    published = [r for r in records if r.get("kind") == "external"]
+    records = [r for r in records if r.get("kind") != "external"]
     by_cell, excluded = {}, []
     records = [r for r in records if not other_paths(r, contract)] + [
         dict(r, status="other_paths", reason=other_paths(r, contract)) for r in records
@@ -299,7 +305,13 @@ def fit(records: list[dict], contract) -> dict:
             x["reason"] += (f"; fitted prediction {p / MiB:,.0f} MiB "
                             f"{'≥' if p >= r['measured_peak_bytes'] else '< (contradiction)'} "
                             f"bound {r['measured_peak_bytes'] / MiB:,.0f} MiB")
-    return {"cells": cells, "refused": refused, "excluded": excluded}
+    ext = fit_external(published, contract, min_margin(contract))   # may mark some skipped
+    merge_external(cells, ext)
+    excluded += [{"id": r["id"], "cell": r["cell"], "reason": r["reason"]} for r in published
+                 if r.get("status") != "ok"]
+    speed = fit_speed(records + published, (contract.get("speed") or {}).get("assumed_mfu", 0.35))
+    return {"cells": cells, "refused": refused, "excluded": excluded,
+            "external": ext.get("fit"), "external_rows": ext.get("rows", []), "speed": speed}
 
 
 def validate(cell: dict, held: list[dict], contract) -> dict:

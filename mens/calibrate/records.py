@@ -10,6 +10,7 @@ import glob
 import json
 from pathlib import Path
 
+from mens.calibrate.evidence import is_external, not_binding, to_record
 from mens.plan.memory import Arch, LaneModel, Shape, components, predict
 from mens.resources import EVIDENCE_DIR
 from mens.run.rundir import RunDir
@@ -42,21 +43,27 @@ def collect(sources) -> tuple[list[dict], list[str]]:
         paths = [Path(p) for p in sorted(glob.glob(str(resolve(src))))] or [resolve(src)]
         for path in paths:
             files = sorted(path.rglob(RunDir.CALIBRATION)) if path.is_dir() else [path]
+            if path.is_dir() and not files:   # a folder of records files (calibration/external)
+                files = sorted(path.glob("*.jsonl"))
             if not path.exists():
                 problems.append(f"{src}: no such file or directory")
             for f in files:
                 try:
-                    rows = ([json.loads(line) for line in f.read_text().splitlines() if line.strip()]
-                            if f.suffix == ".jsonl" else [json.loads(f.read_text())])
+                    rows = ([(n, json.loads(line)) for n, line in
+                             enumerate(f.read_text().splitlines(), 1) if line.strip()]
+                            if f.suffix == ".jsonl" else [(1, json.loads(f.read_text()))])
                 except (OSError, ValueError) as e:
                     problems.append(f"{f}: unreadable ({e})")
                     continue
-                for r in rows:
+                for n, r in rows:
+                    if is_external(r):   # a published measurement: its own kind of record
+                        r = to_record(r, f"{f}:{n}")
                     if r["id"] in seen:
                         problems.append(f"{f}: duplicate record {r['id']} (kept the first)")
                         continue
                     seen.add(r["id"])
                     records.append(r)
+    not_binding(records)
     return records, problems
 
 

@@ -14,15 +14,22 @@ from mens.resources import CONTRACT, SOURCE_CHECKOUT
 from mens.run.rundir import atomic_write
 
 
-def write_contract(path: Path, cells: dict) -> None:
-    """Rewrite only the `cells:` section (the model's comments stay), atomically. A contract
-    file that does not exist yet starts as a copy of the shipped one."""
+def write_contract(path: Path, cells: dict, speed: dict | None = None) -> None:
+    """Rewrite only the `cells:` section and (given) the `speed:` one (the model's comments
+    stay), atomically. A contract file that does not exist yet starts as a copy of the shipped
+    one."""
     import yaml
 
     text = (path if path.is_file() else CONTRACT).read_text()
     head, sep, _ = text.partition("\ncells:")
     if not sep:
         raise ConfigError(f"{path} has no `cells:` section to write the fit into.")
+    pre, found, post = head.partition("\nspeed:")
+    if speed is not None and found:   # the block runs to the first blank line
+        rest = post.split("\n\n", 1)
+        head = (pre + "\n" + yaml.safe_dump({"speed": speed}, sort_keys=False, width=100,
+                                            allow_unicode=True).rstrip("\n")
+                + ("\n\n" + rest[1] if len(rest) > 1 else ""))
     body = yaml.safe_dump({"cells": cells}, sort_keys=False, width=100, allow_unicode=True)
     atomic_write(path, head + "\n" + body)
     load_contract.cache_clear()
@@ -85,7 +92,8 @@ def task(cfg, out_dir: Path) -> int:
         code = EXIT_OK if ok else EXIT_FAILED
         fitted = {**contract, "cells": result["cells"]}
     else:   # new cells replace theirs; cells these records do not touch stay as they were
-        write_contract(target, {**(contract.get("cells") or {}), **result["cells"]})
+        write_contract(target, {**(contract.get("cells") or {}), **result["cells"]},
+                       result.get("speed"))
         fitted = load_contract(str(target))
         print(f"mens fit: wrote {len(result['cells'])} cell(s) to {target}")
     report(records, fitted, result, Path(c.report) if c.report else out_dir, problems)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from mens.calibrate.records import (BIG, MiB, collect, one_device_key, record_components,
                                     resolve)
-from mens.plan.memory import MIN_UNCALIBRATED_MARGIN, load_contract, predict, usable_cell
+from mens.plan.memory import load_contract, min_margin, predict, usable_cell
 from mens.calibrate.rules import RULES
 from mens.run.rundir import atomic_write
 
@@ -28,7 +28,7 @@ def rows(records: list[dict], contract) -> list[dict]:
         if m is None or r.get("status") not in ("ok", "lower_bound"):
             continue
         pred = predict(record_components(r, contract), _cell(contract, r["cell"]),
-                       MIN_UNCALIBRATED_MARGIN)
+                       min_margin(contract))
         row = {"id": r["id"], "role": r.get("role"), "status": r["status"], "cell": r["cell"],
                "rung": r["rung"]["name"], "seq_len": r["seq_len"], "micro_batch": r["micro_batch"],
                "measured": m, "big": m >= BIG, "calibrated": pred["calibrated"],
@@ -173,14 +173,55 @@ def scatter(rs: list[dict], path: Path) -> None:
     plt.close(fig)
 
 
+def external_text(result: dict) -> list[str]:
+    """The published evidence: the joint fit, each cell's leave-one-source-out figures, every
+    record's held-out error, and the speed model's classes."""
+    joint, ext_rows = result.get("external"), result.get("external_rows") or []
+    out = ["", "## External evidence (published measurements, leave-one-source-out)", ""]
+    if not joint:
+        return out + ["none"]
+    fws = ", ".join(f"{f} {v:.3f}/{joint['overheads'][f]:.3f}"
+                    for f, v in sorted(joint["frameworks"].items()))
+    out += [f"joint fit over {len(ext_rows)} records: params × {joint['params']:.3f}; a mens "
+            f"run: activations × {joint['mens']:.3f}, overhead × {joint['overhead']:.3f} (per "
+            f"framework, activations/overhead: {fws})", "",
+            "| cell | status | records | sources | held-out median | held-out max | margin |",
+            "|---|---|---|---|---|---|---|"]
+    for key, c in sorted(result["cells"].items()):
+        h = c.get("heldout") or c.get("external_check")
+        if not h:
+            continue
+        status = ("external" if c.get("external") else "calibrated (own records)"
+                  if c.get("calibrated") else "fitted, not external")
+        out.append(f"| {key} | {status} | {h['records']} | {len(c.get('sources') or h['sources'])}"
+                   f" | {h['median_abs_pct']} % | {h['max_abs_pct']} % | "
+                   f"{c['uncertainty']:.1%} |")
+        out += [f"|  | not external: {w} | | | | | |" for w in c.get("not_external", [])]
+    out += ["", "| record | source | cell | measured GiB | analytic GiB | fitted GiB | "
+            "held-out % |", "|---|---|---|---|---|---|---|"]
+    out += [f"| {x['id']} | {x['source']} | {x['cell']} | {x['measured_bytes'] / 2**30:.2f} | "
+            f"{x['analytic_bytes'] / 2**30:.2f} | {x['fitted_bytes'] / 2**30:.2f} | "
+            f"{x['heldout_pct']} |" for x in ext_rows]
+    speed = result.get("speed") or {}
+    out += ["", "## Speed model (tokens/s, leave-one-source-out)", ""]
+    for cls, v in sorted((speed.get("classes") or {}).items()):
+        out.append(f"- {cls}: {v['efficiency']:.1%} of dense bf16 TFLOPS, {v['records']} records "
+                   f"from {', '.join(v['sources'])}; held-out median {v['heldout_median_pct']} %, "
+                   f"max {v['heldout_max_pct']} %")
+    out += [f"- misread: {m}" for m in speed.get("misread", [])]
+    return out
+
+
 def report(records, contract, result, out_dir: Path, problems=()) -> dict:
 
-    rs = rows(records, contract)
+    rs = rows([r for r in records if r.get("kind") != "external"], contract)
     held, fitted = summary(rs, "held_out"), summary(rs, "fit")
     parts = ["# Calibration fit report", "",
              f"{len(records)} records · {len(result['cells'])} cell(s) fitted · "
              f"{len(result['refused'])} refused · {len(result['excluded'])} excluded", ""]
     for key, cell in sorted(result["cells"].items()):
+        if cell.get("fitted", {}).get("evidence") == "external":
+            continue   # in their own section below
         terms = ", ".join(f"{t} {v['coefficient']:.3f} ± {v['uncertainty']:.3f}"
                           for t, v in cell["terms"].items())
         parts.append(f"- {key}: {'calibrated' if cell['calibrated'] else 'NOT calibrated'}, "
@@ -200,6 +241,7 @@ def report(records, contract, result, out_dir: Path, problems=()) -> dict:
               "## Fit records (in-sample)", "", "```", summary_text(fitted), "```", "",
               table([r for r in rs if r["role"] != "held_out"]), "", "## Excluded", ""]
     parts += [f"- {x['id']} ({x['cell']}): {x['reason']}" for x in result["excluded"]] or ["none"]
+    parts += external_text(result)
     parts += ["", "## Problems reading records", ""] + [f"- {p}" for p in problems] or []
     text = "\n".join(parts) + "\n"
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -4,7 +4,8 @@ For each offer: its GPU's hw tier, the run planned on that tier with the offer's
 (`+hw=<tier> hw.devices=<count>`, through mens.plan.spec.compile_run — the plan `mens plan`
 prints for the same overrides), then
 
-    hours = training tokens × FLOPs/token ÷ (tier TFLOPS × count × cloud.mfu) + cloud.setup_hours
+    hours = training tokens ÷ tokens/s (the plan's speed model over the offer's GPUs, fitted on
+            measured throughput; or an assumed `cloud.mfu`) + cloud.setup_hours
     cost  = hours × the offer's $/h (on demand; spot where the catalogue has a spot price)
 
 Training tokens and the MFU are estimates and say so; the plan's per-device peak is the
@@ -21,7 +22,6 @@ from omegaconf import DictConfig, OmegaConf
 from mens.cloud.catalog import Offer, catalog_path, load, select
 from mens.errors import MensError
 from mens.plan.memory import GiB
-from mens.plan.planner import ASSUMED_MFU
 from mens.resources import CORPORA
 
 ESTIMATE = "estimate.json"
@@ -59,6 +59,9 @@ def training_tokens(cfg: DictConfig, spec) -> dict:
     tokens per record. From the spoke's manifests (no tokenizer needed); an estimate, said."""
     if cfg.cloud.tokens:
         return {"tokens": int(cfg.cloud.tokens), "how": "cloud.tokens (given)", "estimate": False}
+    from mens.data.select import user_data
+    if user_data(spec):
+        return user_tokens(cfg, spec)
     name = spec.spoke.name
     lengths, manifest = CORPORA / name / "lengths.json", CORPORA / name / "manifest.json"
     if not (lengths.is_file() and manifest.is_file()):
@@ -78,25 +81,51 @@ def training_tokens(cfg: DictConfig, spec) -> dict:
         per = per * (m["p99_chars"] / m.get("est_chars_per_token", 3.5)) / m["p99_tokens"]
         how += (f", rescaled to ~{per:.0f} for {spec.rung.name}'s tokenizer at "
                 f"{m.get('est_chars_per_token', 3.5)} chars/token (assumed)")
-    note = "" if spec.data.source == "spoke" else \
-        " — the spoke's corpus, not your data.* files: set cloud.tokens for those"
-    return {"tokens": int(sum(epochs) * per), "how": how + note, "estimate": True}
+    return {"tokens": int(sum(epochs) * per), "how": how, "estimate": True}
 
 
-def flops_per_token(spec, plan) -> float | None:
-    """The planner's FLOPs per token: it publishes tokens/s over all its devices at its own
-    assumed MFU, so inverting that gives its per-token count (one formula, one owner)."""
-    if not plan.est_tokens_per_s or not spec.hw.tflops_bf16:
+def user_tokens(cfg: DictConfig, spec) -> dict:
+    """The user's data (data=file|hf): its training records' tokens, each cut at the run's
+    seq_len (packed rows carry no padding), × the curriculum's epochs. Measured with the run's
+    tokenizer where it is here (mens.data.lengths, cached), else estimated from characters."""
+    from mens.data import lengths as L
+    from mens.data.select import data_label, dataset
+
+    ds = dataset(spec.data, spec.lane.kind, spec.curriculum.phases)
+    enc = L.encoder(cfg)
+    lens = L.lengths(ds, enc)["train"] if enc is not None else L.estimate(ds)
+    seq = spec.train.seq_len
+    per_epoch = sum(min(t, seq) for t, _ in lens)
+    epochs = spec.curriculum.epochs
+    counted = (f"measured with the {spec.rung.name} tokenizer" if enc is not None else
+               "estimated at 3.5 characters per token: the tokenizer is not here")
+    how = (f"your data {data_label(spec.data)}: {len(lens):,} training records, "
+           f"{per_epoch:,} tokens per epoch (each cut at seq_len {seq}; {counted}) × "
+           f"{epochs} epoch(s)")
+    return {"tokens": per_epoch * epochs, "how": how, "estimate": enc is None}
+
+
+def rate(cfg: DictConfig, spec, plan) -> tuple[float | None, str]:
+    """(tokens/s over the run's devices, what it stands on): the plan's speed model (mens.plan.
+    speed, fitted on measured throughput), or with `cloud.mfu` an assumed MFU instead."""
+    if not spec.hw.tflops_bf16:
+        return None, f"{spec.hw.name} states no TFLOPS (hw.tflops_bf16): no time estimate"
+    mfu = cfg.cloud.mfu
+    if mfu:
+        from mens.plan.memory import Arch
+        from mens.plan.speed import flops_per_token
+        s = plan.shape
+        fpt = flops_per_token(Arch.of(spec.rung), spec.lane.kind, s.checkpointing, s.seq_len)
+        world = getattr(plan, "world_size", 1)
+        return (world * spec.hw.tflops_bf16 * 1e12 * mfu / fpt,
+                f"ASSUMED {mfu:.0%} MFU of the tier's dense bf16 TFLOPS (cloud.mfu)")
+    return plan.est_tokens_per_s, (plan.speed or {}).get("how", "")
+
+
+def hours_for(tokens: int, tokens_per_s: float | None, setup: float) -> float | None:
+    if not tokens_per_s:
         return None
-    world = getattr(plan, "world_size", 1)
-    return world * spec.hw.tflops_bf16 * 1e12 * ASSUMED_MFU / plan.est_tokens_per_s
-
-
-def hours_for(tokens: int, fpt: float | None, tflops: float | None, count: int, mfu: float,
-              setup: float) -> float | None:
-    if not fpt or not tflops:
-        return None
-    return tokens * fpt / (tflops * 1e12 * count * mfu) / 3600 + setup
+    return tokens / tokens_per_s / 3600 + setup
 
 
 def shape_of(plan) -> dict:
@@ -112,13 +141,14 @@ def estimate_offer(cfg: DictConfig, o: Offer, tokens: int, cache: dict, today) -
         spec, plan = plan_on(cfg, o.tier, o.count, cache)
     except MensError as e:   # e.g. QLoRA unsupported: the offer is unusable, said why
         rec.update(fits=False, per_device_peak_gb=None, est_hours=None, est_cost_usd=None,
+                   tokens_per_s=None, speed_how=None,
                    spot_cost_usd=None, strategy=None, world_size=o.count, shape=None)
         rec["reasons"].append(f"cannot plan: {e.message}")
         return rec
     world = getattr(plan, "world_size", 1)
-    hours = hours_for(tokens, flops_per_token(spec, plan), spec.hw.tflops_bf16, world,
-                      c.mfu, c.setup_hours)
-    rec.update(
+    tps, how = rate(cfg, spec, plan)
+    hours = hours_for(tokens, tps, c.setup_hours)
+    rec.update(tokens_per_s=None if tps is None else round(tps, 1), speed_how=how,
         fits=plan.fits, strategy=getattr(plan, "strategy", "single"), world_size=world,
         per_device_peak_gb=round(plan.peak_bytes / GiB, 3),
         budget_gb=round(plan.budget_bytes / GiB, 3), shape=shape_of(plan),
@@ -174,20 +204,27 @@ def estimate(cfg: DictConfig, today: dt.date | None = None) -> dict:
         "catalogue": str(path), "catalogue_oldest_date": oldest, "catalogue_age_days": age,
         "catalogue_stale": age is not None and age > c.max_age_days,
         "tokens": tok, "mfu": c.mfu, "setup_hours": c.setup_hours,
+        "speed": speed_lines(rows),
         "assumptions": [
-            f"MFU {c.mfu:.0%} of each tier's dense bf16 TFLOPS (cloud.mfu: an ASSUMPTION, not "
-            f"measured)",
             "throughput scales linearly with the offer's GPU count (an ASSUMPTION: "
             "communication is not modelled in time)",
             f"{c.setup_hours:g} h of set-up and model download per run (cloud.setup_hours)",
             "training tokens: " + tok["how"] + (" (an ESTIMATE)" if tok["estimate"] else ""),
-            "FLOPs per token as the planner counts them (2N forward, 2N backward, +2N weight "
-            "gradients in the full lane, +2N recompute under checkpointing, + attention)",
             "prices: the catalogue's rows, per hour for the whole offer, as dated",
         ],
         "skipped_no_tier": skipped,
         "offers": rows,
     }
+
+
+def speed_lines(rows: list[dict]) -> list[str]:
+    """What the offers' tokens/s stand on, each distinct basis once."""
+    seen: list[str] = []
+    for r in rows:
+        how = r.get("speed_how")
+        if how and how not in seen:
+            seen.append(how)
+    return seen
 
 
 def render(result: dict, top: int) -> str:
@@ -233,6 +270,8 @@ def render(result: dict, top: int) -> str:
     con.print(f"catalogue: {result['catalogue']} · oldest row {result['catalogue_oldest_date']} "
               f"({result['catalogue_age_days']} days old: {stale} cloud.max_age_days) · sources "
               f"and dates per offer in estimate.json")
+    for how in result.get("speed", []):
+        con.print(f"speed: {how}")
     for a in result["assumptions"]:
         con.print(f"assumption: {a}")
     return buf.getvalue().rstrip()

@@ -55,7 +55,7 @@ def gguf_choice(rung_cfg, budget_gb: float) -> dict:
 
 
 def plan_case(cfg: DictConfig, rung: str, lane: str, tokens_cache: dict) -> dict:
-    from mens.cloud.estimate import flops_per_token, hours_for, shape_of, training_tokens
+    from mens.cloud.estimate import hours_for, rate, shape_of, training_tokens
     from mens.plan.spec import compile_run
 
     c = case_config(cfg, rung, lane)
@@ -65,14 +65,15 @@ def plan_case(cfg: DictConfig, rung: str, lane: str, tokens_cache: dict) -> dict
     except MensError as e:
         return {**rec, "fits": False, "error": e.message}
     tok = tokens_cache.setdefault(rung, training_tokens(c, spec))
-    hours = hours_for(tok["tokens"], flops_per_token(spec, plan), spec.hw.tflops_bf16,
-                      getattr(plan, "world_size", 1), cfg.cloud.mfu, 0.0)
+    tps, how = rate(c, spec, plan)
+    hours = hours_for(tok["tokens"], tps, 0.0)
     rec.update(fits=plan.fits, peak_gb=round(plan.peak_bytes / GiB, 3),
                budget_gb=round(plan.budget_bytes / GiB, 3),
                headroom_gb=round(plan.headroom_bytes / GiB, 3), shape=shape_of(plan),
                strategy=getattr(plan, "strategy", "single"),
                world_size=getattr(plan, "world_size", 1), tokens=tok["tokens"],
                est_hours=None if hours is None else round(hours, 3),
+               tokens_per_s=None if tps is None else round(tps, 1), speed_how=how,
                gguf=gguf_choice(spec.rung, plan.budget_bytes / GiB), cloud=None)
     if not plan.fits:
         from mens.cloud.estimate import estimate
@@ -87,12 +88,14 @@ def recommend(cfg: DictConfig) -> dict:
     hw = cfg.hw
     return {"hw": hw.name, "memory_gb": hw.memory_gb, "spoke": cfg.spoke.name,
             "mfu": cfg.cloud.mfu, "cases": cases, "paragraph": paragraph(cfg, cases),
-            "assumptions": assumptions(cfg, tokens)}
+            "assumptions": assumptions(cfg, tokens) + [
+                f"speed: {h}" for h in dict.fromkeys(c.get("speed_how") for c in cases) if h]}
 
 
 def assumptions(cfg: DictConfig, tokens: dict) -> list[str]:
-    out = [f"local time at {cfg.cloud.mfu:.0%} MFU of hw.tflops_bf16 (cloud.mfu: an "
-           f"ASSUMPTION); shown only when the tier states its TFLOPS",
+    out = ["local time from the plan's speed model (the contract's `speed:`, fitted on measured "
+           "throughput; per case in recommendation.json `speed_how`), or an ASSUMED cloud.mfu "
+           "when given; shown only when the tier states its TFLOPS",
            f"GGUF sizes from bits per weight ({', '.join(f'{t} {b:g}' for t, b in GGUF_BPW)}: "
            f"llama.cpp's table for a 7B Llama, approximate for other models) plus a "
            f"{SERVE_CONTEXT}-token KV cache and {SERVE_OVERHEAD_GB:g} GiB of runtime, against "

@@ -294,7 +294,8 @@ class CalibrateConfig:
     keep_outputs: bool = False       # keep checkpoints/, model/, adapter/ (random weights: usually not)
     weights_cache: str = "outputs/calibration/weights"   # random weights written for qlora rungs
     # python -m mens.fit: records → fitted cells in the contract, and a report
-    records: List[str] = field(default_factory=lambda: ["calibration/cpu.jsonl"])  # files, dirs, globs
+    records: List[str] = field(default_factory=lambda: ["calibration/cpu.jsonl",
+                                                        "calibration/external"])  # files, dirs, globs
     save_records: Optional[str] = None   # also write every collected record to this JSONL
     out: Optional[str] = None        # written contract (null: plan.contract; else the shipped one, checkout only)
     check: bool = False              # compare a fresh fit with the contract instead of writing it
@@ -306,7 +307,7 @@ class CloudConfig:
     # mens cloud estimate | launch | catalog refresh (mens.cloud)
     catalog: Optional[str] = None    # offers CSV; null = the dated catalogue mens ships
     providers: List[str] = field(default_factory=list)   # [] = every provider in the catalogue
-    mfu: float = 0.35                # ASSUMED model FLOPs utilisation for time estimates
+    mfu: Optional[float] = None      # null: the plan's speed model (measured); a number: ASSUMED MFU instead
     setup_hours: float = 0.25        # set-up + download time added to each estimate
     max_age_days: int = 90           # a catalogue older than this is said on every estimate
     top: int = 20                    # rows of the ranked table (estimate.json keeps all)

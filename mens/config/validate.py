@@ -167,7 +167,8 @@ RANGES: dict[str, Range] = {
     "hw.tflops_bf16": _pos("dense bf16 TFLOPS for time estimates; null: unknown", "989"),
     "hw.nodes": _count("nodes of the run (world size = hw.devices × hw.nodes)", "1"),
     "cloud.mfu": Range(lo=0, hi=1, lo_open=True, example="0.35",
-                       note="the assumed model FLOPs utilisation"),
+                       note="an assumed model FLOPs utilisation replacing the measured speed "
+                            "model; null: the speed model"),
     "cloud.setup_hours": _nonneg("hours of set-up and download added to each estimate", "0.25"),
     "cloud.max_age_days": _count("days after which the catalogue is called old", "90"),
     "cloud.top": _count("rows of the ranked table", "20"),

@@ -18,12 +18,10 @@ from mens.source.families import DEFAULT_FAMILY, family
 from mens.resources import CONTRACT as CONTRACT_PATH
 DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
 GiB = 2**30
-# Added to an uncalibrated cell at least (plan.uncalibrated_margin may ask for more).
-MIN_UNCALIBRATED_MARGIN = 0.25
-# The chunked loss's fp32 logits per chunk (mens.train.chunked_ce reads it: one owner).
-LOGITS_CHUNK_BYTES = 128 * 2**20
-# glibc's mmap threshold under train.heap=fixed (mens.train.allocator reads it).
-FIXED_MMAP_THRESHOLD = 8 * 2**20
+# The version of the formulas below. The contract names the version it was fitted under
+# (`version:`) and every cell's digest covers it: a change of what a formula computes bumps it,
+# and every fit made under the old formulas is then stale (ignored, said) until `make fit`.
+FORMULA_VERSION = 4
 # The default training paths when a contract names none (what the cells were fitted on).
 DEFAULT_PATHS = {"attention": "block_mask", "loss": "full_logits", "heap": "default"}
 
@@ -110,19 +108,35 @@ def load_contract(path: str | None = None) -> Mapping:
     return data
 
 
+def shipped_constant(key: str) -> float:
+    """A number of the shipped contract's `model` (for the training code, which reads what the
+    planner models: one owner, the contract)."""
+    return load_contract()["model"][key]
+
+
+def min_margin(contract: Mapping | None = None) -> float:
+    """The least margin an uncalibrated cell gets (the contract's `margins`)."""
+    return float((contract or load_contract())["margins"]["uncalibrated_min"])
+
+
 def model_digest(model: Mapping) -> str:
-    """Fingerprint of the analytic model's constants: a cell fitted under other constants is
-    stale (its coefficients corrected different formulas), so the planner ignores it."""
-    text = json.dumps(model, sort_keys=True, separators=(",", ":"))
+    """Fingerprint of the analytic model: its constants and the version of its formulas. A cell
+    fitted under other constants or formulas is stale (its coefficients corrected different
+    arithmetic), so the planner ignores it."""
+    text = json.dumps({"formulas": FORMULA_VERSION, "model": model}, sort_keys=True,
+                      separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def stale_note(contract: Mapping, key: str) -> str | None:
-    """What to say when a cell has a fit made under other model constants (it is ignored)."""
+    """What to say when a cell has a fit made under other model constants or formulas."""
     cell = (contract.get("cells") or {}).get(key)
     if cell and "coefficients" in cell and cell.get("model_digest") != model_digest(contract["model"]):
-        return (f"memory cell {key} was fitted under another version of the contract's model "
-                f"(digest {cell.get('model_digest')}): its fit is ignored and the cell is "
+        why = (f"the contract names formula version {contract.get('version')} and this mens "
+               f"computes version {FORMULA_VERSION}" if contract.get("version") != FORMULA_VERSION
+               else "another version of the contract's model constants")
+        return (f"memory cell {key} was fitted under {why} (digest "
+                f"{cell.get('model_digest')}): its fit is ignored and the cell is "
                 f"uncalibrated; refit with `make fit`")
     return None
 
@@ -196,8 +210,9 @@ def components(arch: Arch, lane: LaneModel, shape: Shape, backend: str,
     # chunks — their coefficient carries that retention, the large ones' stays near 1.
     big = (m["mmap_threshold_mib"].get(backend) or 0) * 2**20
     fixed_heap = paths["heap"] == "fixed" and backend == "cpu"
+    fixed_mmap = m["fixed_heap_mmap_mib"] * 2**20
     if fixed_heap:
-        big = FIXED_MMAP_THRESHOLD
+        big = fixed_mmap
 
     def cut(tensor_bytes: int, total: int) -> tuple[int, int]:
         """(heap-sized, mmapped) shares of `total` bytes made of tensors of `tensor_bytes`."""
@@ -215,7 +230,9 @@ def components(arch: Arch, lane: LaneModel, shape: Shape, backend: str,
         if lane.lora_dropout > 0:              # PEFT keeps dropout(x) per target
             shapes = arch.linear_shapes()
             layer[0] += s * b * (wb + 1) * sum(shapes[t][0] for t in lane.lora_targets)
-    if m["attn_scores_materialised"].get(backend, True):   # (b, a, s, s) softmax in + out
+    # (b, a, s, s) softmax in + out: where the backend's kernel keeps them, or a record of
+    # another framework ran eager attention (mens.calibrate.evidence)
+    if m["attn_scores_materialised"].get(backend, True) or paths["attention"] == "eager":
         for j, v in enumerate(cut(b * arch.heads * s * s * wb, 2 * wb * arch.heads * b * s * s)):
             layer[j] += v
     if masked:                                 # sdpa turns the bool mask into an additive one
@@ -247,7 +264,7 @@ def components(arch: Arch, lane: LaneModel, shape: Shape, backend: str,
         # among them: one `activations` term), and by ~1× once those reach the threshold
         # (0.6b-l8 LoRA s=2048: +141 MiB over s=1024 for +868 MiB saved). The whole set moves
         # with the hidden-size tensors, so it is split by them, not tensor by tensor.
-        mmapped_hidden = b * s * h * wb >= FIXED_MMAP_THRESHOLD
+        mmapped_hidden = b * s * h * wb >= fixed_mmap
         act = [0, sum(act)] if mmapped_hidden else [sum(act), 0]
 
     comm = 0
@@ -299,7 +316,7 @@ def logits_bytes(arch: Arch, tokens: int, wb: int, m: Mapping, loss: str) -> int
     made in the forward."""
     if loss != "chunked":
         return int(tokens * arch.vocab * (wb + 4 * m["logits_fp32_copies"]))
-    rows = min(tokens, max(1, LOGITS_CHUNK_BYTES // (arch.vocab * 4)))
+    rows = min(tokens, max(1, m["logits_chunk_mib"] * 2**20 // (arch.vocab * 4)))
     per = 4 + (wb if wb < 4 else 0) + (4 if family(arch.family).softcap_logits else 0)
     return int(rows * arch.vocab * per + tokens * arch.hidden * wb)
 
@@ -324,16 +341,19 @@ def with_uncertainty(raw: int, uncertainty: float, floor: int = 0) -> int:
 
 def predict(comps: Mapping[str, int], cell: Mapping | None, margin: float) -> dict:
     """Apply a fitted cell's coefficients (or none: all 1). A calibrated cell's own uncertainty
-    replaces the uncalibrated margin; a fitted but uncalibrated one gets the larger of the two.
-    `cell` is what `usable_cell` returns."""
+    replaces the uncalibrated margin, and so does an `external` one's (the held-out error it
+    earned on published measurements, leave-one-source-out); a fitted but uncalibrated one gets
+    the larger of the two. `cell` is what `usable_cell` returns."""
     coef = (cell or {}).get("coefficients", {})
     corrected = {k: int(v * coef.get(k, 1.0)) for k, v in comps.items()}
     raw = sum(corrected.values())
     calibrated = bool(cell and cell.get("calibrated"))
+    external = bool(cell and not calibrated and cell.get("external"))
     uncertainty = float(cell["uncertainty"]) if cell else margin
-    if not calibrated:
+    if not (calibrated or external):
         uncertainty = max(uncertainty, margin)
     floor = int(cell.get("uncertainty_floor_bytes", 0)) if cell else 0
     return {"components": corrected, "raw_bytes": raw, "uncertainty": uncertainty,
             "peak_bytes": with_uncertainty(raw, uncertainty, floor), "calibrated": calibrated,
-            "fitted": bool(cell)}
+            "external": external, "sources": list((cell or {}).get("sources") or []) if external
+            else [], "fitted": bool(cell)}

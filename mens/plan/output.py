@@ -92,6 +92,10 @@ def render(spec, plan: Plan, forced: bool = False) -> str:
     con.print(f"mens plan · {spec.rung.name} ({model}, init {spec.rung.init}) · lane "
               f"{spec.lane.kind} {spec.lane.precision} · {what} · hw {spec.hw.name} "
               f"({spec.hw.backend}, {spec.hw.memory_gb:g} GiB)")
+    if plan.params_total:
+        share = plan.params_trainable / plan.params_total
+        con.print(f"parameters: {plan.params_total:,} (exact, from the architecture) · trainable "
+                  f"{plan.params_trainable:,} ({share:.2%})")
     t = Table(show_edge=False)
     t.add_column("component")
     t.add_column("GiB", justify="right")
@@ -100,11 +104,15 @@ def render(spec, plan: Plan, forced: bool = False) -> str:
         t.add_row(k, f"{v / GiB:.3f}", WHAT.get(k, ""))
     t.add_row("sum", f"{plan.raw_bytes / GiB:.3f}", "analytic model × cell coefficients")
     label = ("calibrated" if plan.calibrated else
+             "external" if plan.external else
              "UNCALIBRATED, fitted" if plan.fitted else "UNCALIBRATED")
     own = plan.world_size == 1 or plan.cell in load_contract(spec.plan.contract)["cells"]
     t.add_row("+ margin", f"{(plan.peak_bytes - plan.raw_bytes) / GiB:.3f}",
               f"{plan.uncertainty:.0%} ({label} cell {plan.cell}"
               f"{'' if own else ': no fit of its own, one device’s coefficients'})")
+    if plan.external:
+        t.add_row("", "", f"held-out error on published measurements from: "
+                          f"{', '.join(plan.sources)}")
     t.add_row("predicted peak", f"{plan.peak_bytes / GiB:.3f}",
               f"per device, each of {plan.world_size} ({plan.strategy})"
               if plan.world_size > 1 else "")
@@ -120,11 +128,10 @@ def render(spec, plan: Plan, forced: bool = False) -> str:
               f"global_batch {plan.global_batch} · gradient "
               f"checkpointing {'on' if s.checkpointing else 'off'} · packing "
               f"{'on' if s.packing else 'off'} · {len(plan.trials)} shape(s) tried")
-    if plan.est_tokens_per_s:
-        con.print(f"throughput estimate: ~{plan.est_tokens_per_s:,.0f} tokens/s "
-                  f"(assumed 35 % MFU of {spec.hw.tflops_bf16:g} TFLOPS"
-                  f"{f' × {plan.world_size} devices' if plan.world_size > 1 else ''}; "
-                  f"not measured)")
+    if plan.speed:
+        devices = f" over {plan.world_size} devices" if plan.world_size > 1 else ""
+        con.print(f"throughput estimate: ~{plan.est_tokens_per_s:,.0f} tokens/s{devices} "
+                  f"({plan.speed['how']})")
     for note in spec.notes:
         con.print(f"note: {note}")
     for way in plan.ways_out:

@@ -11,10 +11,9 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Mapping
 
 from mens.errors import ConfigError
-from mens.plan.memory import (MIN_UNCALIBRATED_MARGIN, GiB, Arch, LaneModel, Shape, cell_key,
-                              components, contract_paths, load_contract, predict, usable_cell)
-
-ASSUMED_MFU = 0.35   # for time estimates only; labelled as an assumption wherever shown
+from mens.plan.memory import (GiB, Arch, LaneModel, Shape, cell_key, components, contract_paths,
+                              load_contract, min_margin, predict, usable_cell)
+from mens.plan.speed import estimate as estimate_speed
 
 
 @dataclass(frozen=True)
@@ -30,9 +29,10 @@ class PlanRequest:
     default_global_batch: int = 16
     checkpointing: bool | None = None   # None: only when needed
     packing: bool = True
-    margin: float = MIN_UNCALIBRATED_MARGIN   # added to uncalibrated cells
+    margin: float | None = None   # added to uncalibrated cells; None: the contract's least
     contract: str | None = None
     tflops: float | None = None
+    bandwidth_gbs: float | None = None
     paths: tuple = ()   # (("attention", "per_record"), …): the run's training paths; () = the contract's
     world_size: int = 1         # devices × nodes; micro_batch and the peak are per device
     strategy: str = "auto"      # auto | single | ddp | fsdp2 (auto: chosen by plan())
@@ -66,7 +66,11 @@ class Plan:
     world_size: int = 1
     strategy: str = "single"      # single | ddp | fsdp2
     strategy_why: str = ""
-
+    external: bool = False        # the cell stands on published measurements (see sources)
+    sources: tuple[str, ...] = ()
+    speed: dict | None = None     # mens.plan.speed.Speed.to_dict(): tokens/s and what it stands on
+    params_total: int = 0         # the model's exact parameter count
+    params_trainable: int = 0     # what trains: adapters, or every parameter
     @property
     def fits(self) -> bool:
         return self.verdict == "fits"
@@ -135,7 +139,8 @@ def predict_shape(req: PlanRequest, shape: Shape, contract: Mapping | None = Non
         cell = {**cell, "calibrated": False}   # fitted on other paths: its coefficients, not its claim
     # a calibrated cell replaces the uncalibrated margin with its own fitted uncertainty; a
     # fitted one that failed calibration keeps its coefficients under the larger margin
-    return {"cell": key, **predict(comps, cell, req.margin)}
+    margin = req.margin if req.margin is not None else min_margin(contract)
+    return {"cell": key, **predict(comps, cell, margin)}
 
 
 def plan(req: PlanRequest) -> Plan:
@@ -182,34 +187,32 @@ def _plan(req: PlanRequest) -> Plan:
         if chosen:
             break
     shape, accum, pred = chosen or smallest
+    speed = estimate_speed(req.arch, req.lane, shape, req.tflops, req.bandwidth_gbs,
+                           req.world_size, contract.get("speed"))
+    p = req.arch.params()["total"]
+    trainable = p if req.lane.kind == "full" else req.arch.lora_params(req.lane.lora_r,
+                                                                        req.lane.lora_targets)
     return Plan(
         verdict="fits" if chosen else "refuses", shape=shape, grad_accum=accum,
         global_batch=shape.micro_batch * accum * req.world_size, cell=pred["cell"],
         calibrated=pred["calibrated"], uncertainty=pred["uncertainty"],
         components=pred["components"], raw_bytes=pred["raw_bytes"],
         peak_bytes=pred["peak_bytes"], budget_bytes=req.budget_bytes, trials=tuple(trials),
-        est_tokens_per_s=_tokens_per_s(req, shape), fitted=pred.get("fitted", False),
-        world_size=req.world_size)
-
-
-def _tokens_per_s(req: PlanRequest, shape: Shape) -> float | None:
-    """Rough throughput: FLOPs/token ≈ 2N forward + 2N backward (+2N weight grads when every
-    weight trains, +2N recompute under checkpointing), at an assumed MFU."""
-    if not req.tflops:
-        return None
-    p = req.arch.params()
-    n = p["linear"] + req.arch.vocab * req.arch.hidden        # matmul params (lm_head included)
-    per_token = n * (4 + (2 if req.lane.kind == "full" else 0) + (2 if shape.checkpointing else 0))
-    per_token += 6 * req.arch.layers * shape.seq_len * req.arch.heads * req.arch.head_dim
-    return req.world_size * req.tflops * 1e12 * ASSUMED_MFU / per_token   # all devices
+        est_tokens_per_s=speed.tokens_per_s if speed else None,
+        fitted=pred.get("fitted", False), world_size=req.world_size,
+        external=pred.get("external", False), sources=tuple(pred.get("sources") or ()),
+        speed=speed.to_dict() if speed else None, params_total=p, params_trainable=trainable)
 
 
 def ways_out(req: PlanRequest, *, rungs: Mapping[str, Arch] = {},
-             tiers: Mapping[str, int] = {}, memory_for=None) -> tuple[str, ...]:
-    """Concrete alternatives for a refused request, each planned and known to fit.
+             tiers: Mapping[str, int] = {}, memory_for=None,
+             memory_gb: float | None = None) -> tuple[str, ...]:
+    """Concrete alternatives for a refused request, each planned and known to fit, and each a
+    change: never the device the request already has.
 
     rungs: smaller rungs by name (largest first); tiers: named tiers' budgets in bytes;
-    memory_for(budget_bytes) -> the `hw.memory_gb` whose budget covers it on this tier.
+    memory_for(budget_bytes) -> the `hw.memory_gb` whose budget covers it on this tier;
+    memory_gb: this device's (a device of that size or less is no way out).
     """
     out: list[str] = []
 
@@ -263,8 +266,10 @@ def ways_out(req: PlanRequest, *, rungs: Mapping[str, Arch] = {},
                 break
     if memory_for:
         need = plan(replace(loose, budget_bytes=0)).peak_bytes   # the smallest shape's peak
-        out.append(f"a device with at least {memory_for(need):g} GiB "
-                   f"(`hw.memory_gb={memory_for(need):g}{also}` plans for one)")
+        gb = memory_for(need)
+        if memory_gb is None or gb > memory_gb:   # the same size is not a change
+            out.append(f"a device with at least {gb:g} GiB "
+                       f"(`hw.memory_gb={gb:g}{also}` plans for one)")
     return tuple(out)
 
 

@@ -17,7 +17,7 @@ from mens.config.options import freeze, load_option, spokes
 from mens.data.corpus import corpus_lock
 from mens.errors import ConfigError
 from mens.plan.hardware import memory_needed, qlora_support, resolve_hw, tier_budget
-from mens.plan.memory import (MIN_UNCALIBRATED_MARGIN, GiB, Arch, LaneModel, contract_paths,
+from mens.plan.memory import (GiB, min_margin, Arch, LaneModel, contract_paths,
                               load_contract, stale_note)
 from mens.plan.planner import Plan, PlanRequest, plan, ways_out
 from mens.resources import CORPORA, option_names
@@ -165,12 +165,14 @@ def lane_model(lane, precision: str, init_adapter: str | None = None) -> LaneMod
         frozen_adapter_copy=bool(init_adapter) and lane.kind == "dpo")
 
 
-def _margin(asked: float, notes: list[str]) -> float:
+def _margin(asked: float, notes: list[str], contract: str | None) -> float:
     """The uncalibrated margin: never below the floor the contract's evidence supports."""
-    if asked < MIN_UNCALIBRATED_MARGIN:
-        notes.append(f"plan.uncalibrated_margin={asked:g} raised to {MIN_UNCALIBRATED_MARGIN:g}: "
-                     f"uncalibrated cells missed held-out shapes by up to 12.5 %")
-    return max(asked, MIN_UNCALIBRATED_MARGIN)
+    least = min_margin(load_contract(contract))
+    if asked < least:
+        notes.append(f"plan.uncalibrated_margin={asked:g} raised to {least:g} (the contract's "
+                     f"margins.uncalibrated_min): uncalibrated cells missed held-out shapes by up "
+                     f"to 12.5 %")
+    return max(asked, least)
 
 
 def _auto(v):
@@ -250,8 +252,9 @@ def compile_run(cfg: DictConfig, purpose: str = "plan") -> tuple[RunSpec, Plan]:
         micro_batch=_auto(t.micro_batch), grad_accum=_auto(t.grad_accum),
         global_batch=_auto(t.global_batch), default_global_batch=default_gb,
         checkpointing=None if gc == schema.AUTO else bool(gc), packing=t.packing,
-        margin=_margin(cfg.plan.uncalibrated_margin, notes),
-        contract=cfg.plan.contract, tflops=cfg.hw.tflops_bf16, paths=tuple(paths.items()),
+        margin=_margin(cfg.plan.uncalibrated_margin, notes, cfg.plan.contract),
+        contract=cfg.plan.contract, tflops=cfg.hw.tflops_bf16,
+        bandwidth_gbs=cfg.hw.get("bandwidth_gbs"), paths=tuple(paths.items()),
         world_size=world, strategy=cfg.hw.strategy)
     p = plan(req)
     stale = stale_note(load_contract(cfg.plan.contract), p.cell)   # said, never silent
@@ -261,7 +264,8 @@ def compile_run(cfg: DictConfig, purpose: str = "plan") -> tuple[RunSpec, Plan]:
         from dataclasses import replace
         p = replace(p, ways_out=ways_out(
             req, rungs=_smaller_rungs(cfg.rung.name, req.arch), tiers=_tier_budgets(cfg.hw),
-            memory_for=lambda need: memory_needed(cfg.hw, need / GiB)))
+            memory_for=lambda need: memory_needed(cfg.hw, need / GiB),
+            memory_gb=cfg.hw.memory_gb))
     t.seq_len, t.micro_batch, t.grad_accum = seq_len, p.shape.micro_batch, p.grad_accum
     t.global_batch = p.global_batch
     lane.gradient_checkpointing = p.shape.checkpointing

@@ -32,7 +32,10 @@ import ctypes.util
 import sys
 import time
 
-from mens.plan.memory import FIXED_MMAP_THRESHOLD as MMAP_THRESHOLD_BYTES  # one owner: the plan
+from mens.plan.memory import shipped_constant
+
+# one owner: the contract (the planner splits the activations by the same threshold)
+MMAP_THRESHOLD_BYTES = int(shipped_constant("fixed_heap_mmap_mib")) * 2**20
 
 M_MMAP_THRESHOLD = -3          # glibc's mallopt parameter number (malloc.h)
 

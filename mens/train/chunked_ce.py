@@ -42,12 +42,12 @@ Backends: the same torch code runs on CPU, CUDA and MPS (MPS: unmeasured here). 
 """
 from __future__ import annotations
 
-from mens.plan.memory import LOGITS_CHUNK_BYTES
+from mens.plan.memory import shipped_constant
 
 IGNORE = -100
-# bytes of one chunk's fp32 logits: 220 rows of Qwen3's vocab. Not much smaller: on CPU, 256-row
-# chunks at V 4,096 ran 3-4x slower than one 2,048-row chunk (per-chunk costs; cause not traced)
-DEFAULT_BUDGET = LOGITS_CHUNK_BYTES   # fp32 logits per chunk: what mens.plan.memory models
+# bytes of one chunk's fp32 logits (the contract's model.logits_chunk_mib: what the planner
+# models; why that size is said there)
+DEFAULT_BUDGET = int(shipped_constant("logits_chunk_mib")) * 2**20
 
 
 def chunk_rows(vocab: int, budget_bytes: int = DEFAULT_BUDGET) -> int:

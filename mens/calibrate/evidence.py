@@ -1,0 +1,178 @@
+"""External evidence: a published measurement (calibration/external/*.jsonl, one row per
+measured run, with its source, config and what mens cannot express) as a calibration record
+the fit reads — the architecture, lane and shape mens's analytic model needs, the peak in bytes,
+tokens/s per device — of its own kind (`external`), never mistaken for a measurement of mens.
+
+A row that cannot be read this way is a DataError naming file:line and the field, not skipped.
+"""
+from __future__ import annotations
+
+import json
+
+from mens.errors import DataError
+from mens.plan.memory import LaneModel, cell_key
+from mens.source.families import family
+
+UNITS = {"GiB": 2**30, "GB": 10**9, "MiB": 2**20, "MB": 10**6}
+# a source's optimizer names → the optimizer mens's model counts the state of
+OPTIMIZERS = {"adamw": "adamw", "adam": "adamw", "adamw_fused": "adamw", "adamw_torch": "adamw",
+              "adamw_torch_fused": "adamw", "paged_adamw_32bit": "adamw",
+              "adamw_8bit": "adamw_8bit", "paged_adamw_8bit": "adamw_8bit",
+              "adamw_bnb_8bit": "adamw_8bit", "sgd": "sgd"}
+ALL_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+# strategies whose one device holds a whole replica (the cell of one device applies) or a shard
+REPLICA = {"single", "ddp", "deepspeed-zero0", "deepspeed-zero1", "deepspeed-zero2"}
+
+
+def is_external(row: dict) -> bool:
+    return isinstance(row.get("source"), dict) and "measured" in row and "config" in row
+
+
+def to_record(row: dict, where: str) -> dict:
+    """One published row → a fit record. `where`: file:line, for errors."""
+    try:
+        return _convert(row)
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        raise DataError(f"{where}: external evidence row {row.get('id', '?')!r} is malformed "
+                        f"({type(e).__name__}: {e}); see calibration/external/README.md for the "
+                        f"row's fields.") from None
+
+
+def _convert(row: dict) -> dict:
+    src, hw, m, c, meas = row["source"], row["hardware"], row["model"], row["config"], \
+        row["measured"]
+    family(m["family"])          # a family mens has (ConfigError otherwise)
+    arch = {k: m[k] for k in ("hidden", "intermediate", "layers", "heads", "kv_heads",
+                              "head_dim", "vocab")}
+    arch.update(tied=bool(m["tied"]), family=m["family"])
+    kind = c["method"]
+    if kind not in ("lora", "qlora", "full"):
+        raise ValueError(f"config.method {kind!r} is not lora, qlora or full")
+    optimizer = OPTIMIZERS.get(str(c.get("optimizer") or "adamw").lower(), "adamw")
+    adapter = kind != "full"
+    quant = str(c.get("quantization") or "")
+    lane = LaneModel(kind=kind, precision=c.get("dtype") or "bf16", optimizer=optimizer,
+                     lora_r=int(c.get("lora_rank") or 0) if adapter else 0,
+                     lora_targets=tuple(c.get("lora_targets") or ALL_TARGETS) if adapter else (),
+                     lora_dropout=float(c.get("lora_dropout") or 0.0) if adapter else 0.0,
+                     double_quant="double" in quant, blocksize=64)
+    devices = int(hw.get("devices") or 1)
+    strategy = str(c.get("strategy") or "single")
+    ckpt = bool(c["checkpointing"])
+    packing = c.get("packing") is True
+    peak = meas.get("peak")
+    peak_bytes = None if peak is None else int(float(peak) * UNITS[meas["peak_unit"]])
+    if peak_bytes is not None and meas.get("peak_scope") == "total" and devices > 1:
+        peak_bytes //= devices
+    tps = meas.get("tokens_per_s")
+    scope = meas.get("tokens_per_s_scope")
+    if tps is not None and devices > 1:   # per device, or not usable when unsaid
+        tps = float(tps) / devices if scope == "total" else tps if scope == "per_device" else None
+    loss = "chunked" if c.get("loss") == "chunked" else "full_logits"
+    one_device = devices == 1 or strategy in REPLICA
+    # what changes the peak in ways the model has no term for: the row still counts for speed
+    unmodelled = [k for k in ("optimizer_in_backward", "activation_offloading") if c.get(k)]
+    if quant and not quant.startswith("nf4") or kind == "qlora" and not quant.startswith("nf4"):
+        unmodelled.append(f"quantization {quant or 'unstated'} (mens's QLoRA: bitsandbytes nf4; "
+                          f"its LoRA: a 16-bit base)")
+    load = meas.get("load_peak")   # the source's reading while loading, when it gives one
+    if load is not None and peak is not None and float(load) >= 0.95 * float(peak):
+        unmodelled.append(f"a reading ({peak} {meas['peak_unit']}) hardly above the one taken "
+                          f"while loading ({load}): the pool reserved to load the model, not "
+                          f"what the step needs")
+    if c.get("dtype") not in ("bf16", "fp16", "fp32"):
+        unmodelled.append(f"a compute dtype the source does not give as bf16/fp16/fp32 "
+                          f"({c.get('dtype')})")
+    if c.get("seq_len") is None or c.get("micro_batch") is None:
+        unmodelled.append("a shape the source does not give (seq_len or micro_batch unstated)")
+    if m.get("native") is False:
+        unmodelled.append(f"{m['name']}: an architecture mens does not load (its own model "
+                          f"code), mapped to family {m['family']}")
+    if c.get("trainable_embeddings"):
+        unmodelled.append("trainable embeddings and lm_head beside the adapters "
+                          "(modules_to_save)")
+    if kind == "full":   # where masters and optimizer state live differs by framework
+        unmodelled.append("a full fine-tune (frameworks keep weights and optimizer state in "
+                          "bf16, fp32 or 8 bits, some update in backward: mens keeps fp32 masters)")
+    return {
+        "id": row["id"], "kind": "external", "source": src["id"], "url": src["url"],
+        "framework": src.get("framework") or "unknown", "gpu": hw.get("gpu") or "unknown",
+        "gpu_memory_gb": hw.get("memory_gb"), "tier": _tier(hw["gpu"]),
+        "cell": cell_key("cuda", lane, ckpt), "backend": "cuda", "precision": lane.precision,
+        "arch": arch, "lane": {**lane.__dict__, "lora_targets": list(lane.lora_targets)},
+        "rung": {"name": m["name"]}, "seq_len": _int(c.get("seq_len")),
+        "micro_batch": _int(c.get("micro_batch")), "checkpointing": ckpt, "packing": packing,
+        # attention as the source ran it: eager keeps the (b, heads, s, s) scores; anything else
+        # (sdpa, flash) keeps none (a packed row's mask is per record); the loss likewise
+        "paths": {"attention": "eager" if c.get("attention") == "eager" else "per_record",
+                  "loss": loss, "heap": "default"},
+        "world_size": 1, "strategy": "single", "devices": devices, "source_strategy": strategy,
+        "measured_peak_bytes": peak_bytes, "peak_kind": meas.get("peak_kind") or "unknown",
+        "tokens_per_s": None if tps is None else float(tps),
+        "status": "ok" if one_device and peak_bytes is not None and not unmodelled
+        else "skipped",
+        "reason": _why_not(one_device, peak_bytes, unmodelled, devices, strategy),
+        "role": "fit", "host": {"hostname": src["id"]},
+        "versions": {src.get("framework") or "unknown": src.get("framework_version")},
+        "not_expressible": list(row.get("not_expressible") or []),
+        "compile": bool(c.get("compile")), "attention": c.get("attention"),
+    }
+
+
+def not_binding(records: list[dict]) -> None:
+    """One source's same config measured on two cards: the larger card's reading is what its
+    caching allocator kept with memory to spare (torchtune's Llama-3.1-8B LoRA: 16.2 GiB on a
+    24 GB 4090, 30.3 GiB on a 48 GB A6000), not what the run needs; the smallest reading is the
+    requirement's evidence, the others are left out of the memory fit, said."""
+    def key(r):
+        return json.dumps([r["source"], r["arch"], r["lane"], r["seq_len"], r["micro_batch"],
+                           r["checkpointing"], r["packing"], r["paths"]], sort_keys=True)
+    groups: dict[str, list[dict]] = {}
+    for r in records:
+        if r.get("kind") == "external" and r.get("status") == "ok":
+            groups.setdefault(key(r), []).append(r)
+    for rs in groups.values():
+        least = min(rs, key=lambda r: r["measured_peak_bytes"])
+        for r in rs:
+            if (r is not least and r["gpu"] != least["gpu"]
+                    and r["measured_peak_bytes"] > 1.1 * least["measured_peak_bytes"]):
+                r["status"] = "skipped"
+                r["reason"] = (f"the same config measured {least['measured_peak_bytes'] / 2**30:.1f}"
+                               f" GiB on {least['gpu']} in this source: this card's reading is "
+                               f"what its allocator kept with memory to spare (its throughput "
+                               f"still counts)")
+
+
+def _int(v) -> int | None:
+    return None if v is None else int(v)
+
+
+def _why_not(one_device: bool, peak, unmodelled: list[str], devices: int,
+             strategy: str) -> str | None:
+    if peak is None:
+        return "no peak published (throughput only)"
+    if not one_device:
+        return (f"{devices} devices under {strategy}: one device holds a shard, which the "
+                f"external fit does not model (its throughput still counts)")
+    if unmodelled:
+        return (f"ran with {' and '.join(unmodelled)}, which mens's memory model has no term "
+                f"for (its throughput still counts)")
+    return None
+
+
+# torch.cuda.get_device_name()-like names in sources → hw tiers, for the speed fit (most
+# specific first: "L40S" before "L40", "A100 80GB PCIe" before "A100")
+_TIER_WORDS = [("h100 nvl", "h100_nvl"), ("h100 pcie", "h100_pcie"), ("h100", "h100"),
+               ("h200", "h200"), ("b200", "b200"), ("a100", "a100_80g"), ("a10g", "a10g"),
+               ("l40s", "l40s"), ("l40", "l40"), ("l4", "l4"), ("rtx 6000 ada", "rtx6000ada"),
+               ("a6000", "a6000"), ("4090", "rtx4090"), ("5090", "rtx5090"),
+               ("4080", "rtx4080s"), ("3090", "rtx3090")]
+
+
+def _tier(gpu: str) -> str | None:
+    g = (gpu or "").lower()
+    if "a100" in g and ("40gb" in g or "40 gb" in g or "40g" in g):
+        return "a100_40g"
+    if "a100" in g and "pcie" in g:
+        return "a100_pcie"
+    return next((t for w, t in _TIER_WORDS if w in g), None)
