@@ -20,13 +20,21 @@ SHIPPED = ASSETS / "cloud" / "offers.csv"
 COLUMNS = ("provider", "gpu", "count", "gpu_memory_gb", "vcpus", "ram_gb", "price_hour",
            "spot_price_hour", "region", "date", "source")
 PROVIDERS = ("runpod", "vast", "gcp", "lambda", "aws")   # SkyPilot's cloud names (`infra:`)
-# SkyPilot accelerator names → mens hw tiers (conf/hw). Only names whose memory and dense bf16
-# throughput match the tier: PCIe H100s (slower than the SXM tier) and H100 NVL (94 GB) have none.
+# SkyPilot accelerator names → mens hw tiers (conf/hw). The names are the ones SkyPilot's catalog
+# lists (skypilot-catalog catalogs/v8/common/accelerators.csv); only those whose card a tier
+# describes. SkyPilot has no name of its own for the H100 PCIe or the A100 80GB PCIe: plain
+# "H100" and "A100-80GB" cover both boards (RunPod's are its PCIe cards, next to "H100-SXM" and
+# "A100-80GB-SXM"; the shipped GCP, Lambda and Vast rows are SXM). One name, one tier: they stay
+# on the SXM tiers (h100, a100_80g), so a PCIe offer under those names is estimated at SXM speed
+# (H100 PCIe: ~0.76x the TFLOPS; the A100s' 312 TFLOPS are equal). The `source` column names the
+# instance type.
+# "A10" (Azure, Lambda, OCI) is not the A10G; "GH200" and "A40" have no tier.
 TIER_OF = {
-    "H100": "h100", "H100-SXM": "h100", "H200": "h200", "H200-SXM": "h200",
-    "A100-80GB": "a100_80g", "A100-80GB-SXM": "a100_80g", "A100": "a100_40g",
-    "L40S": "l40s", "A6000": "a6000", "RTXA6000": "a6000",
-    "RTX4090": "rtx4090", "RTX3090": "rtx3090", "RTX4080S": "rtx4080s",
+    "H100": "h100", "H100-SXM": "h100", "H100-NVL": "h100_nvl", "H200": "h200", "H200-SXM": "h200",
+    "A100-80GB": "a100_80g", "A100-80GB-SXM": "a100_80g", "A100": "a100_40g", "B200": "b200",
+    "A10G": "a10g", "L4": "l4", "L40": "l40", "L40S": "l40s", "A6000": "a6000", "RTXA6000": "a6000",
+    "RTX6000-Ada": "rtx6000ada", "RTX6000Ada": "rtx6000ada",
+    "RTX3090": "rtx3090", "RTX4080S": "rtx4080s", "RTX4090": "rtx4090", "RTX5090": "rtx5090",
 }
 
 

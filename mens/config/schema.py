@@ -43,6 +43,7 @@ class HwConfig:
     memory_gb: Optional[float] = None   # total memory in GiB as labelled; null = detect here
     bf16: Optional[bool] = None         # null = detect
     tflops_bf16: Optional[float] = None  # dense, for time estimates; null = unknown
+    bandwidth_gbs: Optional[float] = None  # memory bandwidth GB/s (datasheet); null = unknown
     lightning: LightningDefaults = field(default_factory=LightningDefaults)
     headroom: HeadroomPolicy = field(default_factory=HeadroomPolicy)
     # Several devices (mens.plan.planner plans per device; mens.train.strategy runs it):

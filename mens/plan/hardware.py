@@ -3,6 +3,7 @@ detect() finds on this machine, CUDA names mapped to tiers, and QLoRA support by
 from __future__ import annotations
 
 import importlib.metadata as md
+import re
 from dataclasses import asdict, is_dataclass
 
 from omegaconf import DictConfig
@@ -25,17 +26,34 @@ def tier_budget(hw, available_gb: float | None) -> tuple[float, float, float]:
     return usable, headroom, max(usable - headroom, 0.0)
 
 
-# (substring of torch.cuda.get_device_name(), minimum GiB, tier)
-CUDA_NAMES = [("4080 SUPER", 0, "rtx4080s"), ("4090", 0, "rtx4090"), ("3090", 0, "rtx3090"),
-              ("A6000", 0, "a6000"), ("L40S", 0, "l40s"), ("A100", 60, "a100_80g"),
-              ("A100", 0, "a100_40g"), ("H100", 0, "h100"), ("H200", 0, "h200")]
+# torch.cuda.get_device_name() → tier: (pattern, GiB from, GiB below, tier). Whole words only
+# (\b), because the names nest: L4 ⊂ L40 ⊂ L40S, A10G ~ A100, "RTX A6000" vs "RTX 6000 Ada".
+# The rows are disjoint (no name matches two; cuda_tier refuses one that does), so their order
+# cannot decide a tier. An A100 40GB PCIe is a100_40g: memory, bf16 TFLOPS and bandwidth
+# (1,555 GB/s) all equal the 40GB SXM's; a100_pcie is the 80GB PCIe card (1,935 GB/s).
+# "H200 NVL" and "GH200" match nothing: no tier carries their figures (no time estimates).
+CUDA_NAMES = [
+    (r"\bRTX 3090\b", 0, None, "rtx3090"), (r"\bRTX 4080 SUPER\b", 0, None, "rtx4080s"),
+    (r"\bRTX 4090\b", 0, None, "rtx4090"), (r"\bRTX 5090\b", 0, None, "rtx5090"),
+    (r"\bRTX A6000\b", 0, None, "a6000"), (r"\bRTX 6000 Ada\b", 0, None, "rtx6000ada"),
+    (r"\bA10G\b", 0, None, "a10g"),
+    (r"\bL4\b", 0, None, "l4"), (r"\bL40\b", 0, None, "l40"), (r"\bL40S\b", 0, None, "l40s"),
+    (r"\bA100\b", 0, 60, "a100_40g"), (r"\bA100\b(?!.*\bPCIE\b)", 60, None, "a100_80g"),
+    (r"\bA100\b.*\bPCIE\b", 60, None, "a100_pcie"),
+    (r"\bH100\b(?!.*\b(PCIE|NVL)\b)", 0, None, "h100"),
+    (r"\bH100\b.*\bPCIE\b", 0, None, "h100_pcie"), (r"\bH100\b.*\bNVL\b", 0, None, "h100_nvl"),
+    (r"\bH200\b(?!.*\bNVL\b)", 0, None, "h200"), (r"\bB200\b", 0, None, "b200"),
+]
 
 
 def cuda_tier(device_name: str, total_gb: float) -> str | None:
-    for key, min_gb, tier in CUDA_NAMES:
-        if key.lower() in device_name.lower() and total_gb >= min_gb:
-            return tier
-    return None
+    tiers = [tier for pattern, lo, hi, tier in CUDA_NAMES
+             if re.search(pattern, device_name, re.IGNORECASE)
+             and total_gb >= lo and (hi is None or total_gb < hi)]
+    if len(tiers) > 1:   # a table bug: say so rather than let the row order choose
+        raise RuntimeError(f"CUDA device {device_name!r} matches tiers {tiers}: the rows of "
+                           f"CUDA_NAMES overlap")
+    return tiers[0] if tiers else None
 
 
 def memory_needed(hw, budget_gb: float) -> float:
@@ -79,7 +97,7 @@ def resolve_hw(hw: DictConfig, purpose: str, notes: list[str]) -> tuple[dict | N
         base = load_option("hw", tier or "h100")
         if det.backend == "cuda" and not tier:
             notes.append(f"hw: {det.device_name} matches no named tier; no time estimates")
-        for k in ("lightning", "headroom", "tflops_bf16"):
+        for k in ("lightning", "headroom", "tflops_bf16", "bandwidth_gbs"):
             v = getattr(base, k) if tier or k in ("lightning", "headroom") else None
             if is_dataclass(v):
                 for kk, vv in asdict(v).items():

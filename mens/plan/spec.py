@@ -315,8 +315,7 @@ def _versions() -> dict:
 
 # Keys an earlier mens wrote into spec.yaml and that this one no longer has (nothing read
 # them): a rerun, resume or export of such a run drops them and says so.
-RETIRED = {"hw.bandwidth_gbs": "read by nothing (time estimates use hw.tflops_bf16)",
-           "spoke.default_lane": "read by nothing (the lane is chosen with `lane=`)",
+RETIRED = {"spoke.default_lane": "read by nothing (the lane is chosen with `lane=`)",
            "hw.lightning.devices": "replaced by hw.devices (and hw.nodes)",
            "hw.lightning.strategy": "replaced by hw.strategy, which the planner resolves"}
 

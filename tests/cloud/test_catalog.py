@@ -63,19 +63,24 @@ def test_an_unknown_provider_or_offer_exits_2(cloud_cli, tmp_path):
     assert p.returncode == 2 and "cloud.providers" in p.stderr and "azure" in p.stderr
     p = cloud_cli("mens.cloud", "launch", "cloud.offer=runpod:B300:8", f"hydra.run.dir={tmp_path}/b")
     assert p.returncode == 2 and "cloud.offer=runpod:B300:8" in p.stderr
-    p = cloud_cli("mens.cloud", "launch", "cloud.offer=vast:RTX5090:1", f"hydra.run.dir={tmp_path}/c")
+    f = tmp_path / "a40.csv"   # every shipped GPU has a tier; the A40 (a SkyPilot name) has none
+    f.write_text(f"{HEADER}\nvast,A40,1,48,16,64,0.35,,Texas,2026-11-30,x\n")
+    p = cloud_cli("mens.cloud", "launch", f"cloud.catalog={f}", "cloud.offer=vast:A40:1",
+                  f"hydra.run.dir={tmp_path}/c")
     assert p.returncode == 2 and "no mens hw tier" in p.stderr
     p = cloud_cli("mens.cloud", "frobnicate")
     assert p.returncode == 2 and "estimate" in p.stderr
 
 
 # Real rows of SkyPilot's catalogs (skypilot-org/skypilot-catalog, catalogs/v8 runpod and gcp,
-# catalogs/v7 vast), in their own column layouts.
+# catalogs/v7 vast), in their own column layouts; the RunPod A40 row is made up in that layout
+# (a GPU SkyPilot names and no mens tier describes: the skipped path).
 RUNPOD = '''InstanceType,AcceleratorName,AcceleratorCount,vCPUs,MemoryGiB,Region,SpotPrice,Price,AvailabilityZone,GpuInfo
 1x_A100-80GB_SECURE,A100-80GB,1.0,8.0,117.0,IN,1.39,1.39,AP-IN-1,"{'Gpus': [{'Name': 'A100 PCIe', 'Manufacturer': 'Nvidia', 'Count': 1, 'MemoryInfo': {'SizeInMiB': 80}}], 'TotalGpuMemoryInMiB': 80}"
 1x_A100-80GB_SECURE,A100-80GB,1.0,8.0,117.0,US,1.29,1.29,US-CA-1,"{'Gpus': [{'Name': 'A100 PCIe', 'Manufacturer': 'Nvidia', 'Count': 1, 'MemoryInfo': {'SizeInMiB': 80}}], 'TotalGpuMemoryInMiB': 80}"
 2x_A100-80GB_SECURE,A100-80GB,2.0,16.0,234.0,IN,2.78,2.78,AP-IN-1,"{'Gpus': [{'Name': 'A100 PCIe', 'Manufacturer': 'Nvidia', 'Count': 2, 'MemoryInfo': {'SizeInMiB': 80}}], 'TotalGpuMemoryInMiB': 160}"
 1x_RTX6000-Ada_SECURE,RTX6000-Ada,1.0,14.0,48.0,US,,0.77,US-CA-1,"{'Gpus': [{'Name': 'RTX 6000 Ada', 'Count': 1}], 'TotalGpuMemoryInMiB': 48}"
+1x_A40_SECURE,A40,1.0,9.0,50.0,US,,0.40,US-KS-1,"{'Gpus': [{'Name': 'A40', 'Count': 1}], 'TotalGpuMemoryInMiB': 48}"
 '''
 GCP = '''InstanceType,vCPUs,MemoryGiB,AcceleratorName,AcceleratorCount,GpuInfo,Region,AvailabilityZone,Price,SpotPrice
 a2-ultragpu-1g,12.0,170.0,,,,us-central1,us-central1-a,1.09962,0.54978
@@ -102,14 +107,16 @@ def test_refresh_rebuilds_from_skypilot_catalog_csvs(tmp_path):
     r = refresh(sky, out, today="2026-11-30")
     offers = {o.id: o for o in load(out)}   # what it writes reads back strictly
     assert set(offers) == {"runpod:A100-80GB:1", "runpod:A100-80GB:2", "gcp:A100-80GB:1",
-                           "gcp:H100:1", "vast:H100:1"}
+                           "gcp:H100:1", "vast:H100:1", "runpod:RTX6000-Ada:1", "vast:RTX5090:1"}
     assert offers["runpod:A100-80GB:1"].price_hour == 1.29          # the cheapest region
     g = offers["gcp:A100-80GB:1"]                                    # host + accelerator rows
     assert g.price_hour == pytest.approx(1.09962 + 1.8462) and g.region == "us-central1"
     assert g.spot_price_hour == pytest.approx(0.54978 + 1.964) and (g.vcpus, g.ram_gb) == (12, 170)
     assert offers["gcp:H100:1"].price_hour == pytest.approx(1.18251 + 4.20076)
     assert offers["vast:H100:1"].spot_price_hour is None   # vast lists 0.00: no spot price
-    assert r["skipped_no_tier"] == {"RTX6000-Ada": 1, "RTX5090": 1}
+    assert r["skipped_no_tier"] == {"A40": 1}
+    assert (offers["runpod:RTX6000-Ada:1"].tier, offers["vast:RTX5090:1"].gpu_memory_gb) == \
+        ("rtx6000ada", 32)
     assert all(o.date == "2026-11-30" and "vms.csv line" in o.source for o in offers.values())
     assert all(o.tier == TIER_OF[o.gpu] for o in offers.values())
     with open(out) as f:

@@ -29,7 +29,8 @@ def test_32b_qlora_lists_ranked_dated_sourced_offers_and_says_why_not(cloud_cli,
             assert o["per_device_peak_gb"] > o["budget_gb"]
         if o["spot_price_hour"] is not None:
             assert any(r.startswith("spot") for r in o["reasons"])
-    assert est["skipped_no_tier"] == {"RTX5090": 1}
+    assert est["skipped_no_tier"] == {}   # every shipped GPU has a tier (the RTX 5090 since #26)
+    assert [o["tier"] for o in offers if o["id"] == "vast:RTX5090:1"] == ["rtx5090"]
     assert "catalogue:" in p.stdout and "assumption: MFU" in p.stdout and "ASSUMPTION" in p.stdout
     assert "do not fit: " in p.stdout and "runpod:RTX4090:1 (" in p.stdout
 

@@ -86,7 +86,7 @@ def test_spoke_mix_weights_and_sources(compose):
 
 @pytest.mark.parametrize("overrides, key, words", [
     (["lane=lorax"], "lane", ["lorax", "lane=lora"]),
-    (["+hw=rtx5090"], "hw", ["rtx5090", "rtx4090"]),
+    (["+hw=rtx5080"], "hw", ["rtx5080", "hw=rtx5090"]),
     (["+train.seq_lenn=512"], "train.seq_lenn", ["train.seq_len"]),
     (["train.seq_lenn=512"], "train.seq_lenn", ["train.seq_len"]),
     (["+hw=h100", "+hw.memroy_gb=80"], "hw.memroy_gb", ["hw.memory_gb"]),

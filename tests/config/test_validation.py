@@ -22,6 +22,7 @@ BAD = [
     (["+hw=h100", "hw.memory_gb=nan"], "hw.memory_gb"),
     (["+hw=h100", "hw.memory_gb=inf"], "hw.memory_gb"),
     (["+hw=h100", "hw.tflops_bf16=0"], "hw.tflops_bf16"),
+    (["+hw=h100", "hw.bandwidth_gbs=-1"], "hw.bandwidth_gbs"),
     (["hw.nodes=0"], "hw.nodes"),
     (["hw.devices=two"], "hw.devices"),
     (["hw.strategy=fsdp"], "hw.strategy"),
