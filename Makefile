@@ -80,7 +80,7 @@ clean: ## remove run outputs (keeps .venv)
 	rm -rf outputs/20* outputs/multirun .pytest_cache
 
 # --- calibration (issue #4): records of measured peaks → fitted cells of conf/contract.yaml ---
-.PHONY: calibrate fit
+.PHONY: calibrate calibrate-gpu fit
 ifndef CALIB_DIR
 CALIB_DIR := outputs/calibration/$(shell date +%Y-%m-%d_%H-%M-%S)
 endif
@@ -95,6 +95,9 @@ calibrate: install ## CPU calibration sweeps, fit + held-out shapes (hours on 2 
 	  calibrate.report=$(CALIB_DIR)/report hydra.run.dir=$(CALIB_DIR)/fit || rc=$$?; \
 	echo "records: $(CALIB_DIR); commit them with: make fit ARGS=\"calibrate.records=[$(CALIB_DIR)] calibrate.save_records=calibration/cpu.jsonl\""; \
 	exit $$rc
+
+calibrate-gpu: install ## one CUDA GPU, ≤ 10 min: the CUDA cells, 0.6b to the largest rung that fits (ARGS="--dry-run --tier h200" plans only)
+	$(PY) -m mens.cli.calibrate_gpu $(ARGS)
 
 fit: install ## fit the contract from calibration records + report (default: the committed CPU records)
 	$(PY) -m mens.fit $(ARGS)
