@@ -20,9 +20,10 @@ predicted (with its framework's coefficient when other sources of that framework
 the mens one) — the error a source nobody fitted on sees. Per cell: records, sources, held-out
 median and max error; the cell's margin is what its held-out errors earned: the 90th percentile
 of its under-predictions (9 in 10 published peaks nobody fitted on lie under prediction +
-margin; the worst is shown beside it). A cell is `external` with ≥ 3 records from ≥ 2 sources,
-a held-out median within 10 % and a margin below the uncalibrated one; else it keeps the fit's
-coefficients under the uncalibrated margin, and says why.
+margin; the worst is shown beside it). A cell is `external` with ≥ 3 records from ≥ 2 sources
+and a margin below the uncalibrated one; else it keeps the fit's coefficients under the
+uncalibrated margin, and says why. Whether its held-out errors meet the accuracy targets
+(median ≤ 10 %, max ≤ 20 %) is reported beside the status, not folded into it.
 """
 from __future__ import annotations
 
@@ -30,7 +31,7 @@ import datetime as dt
 import statistics
 
 import numpy as np
-from scipy.optimize import least_squares, nnls
+from scipy.optimize import least_squares
 
 from mens.calibrate.records import record_components
 from mens.plan.memory import model_digest
@@ -48,7 +49,7 @@ ACT_RANGE = (0.33, 2.0)   # a source's own activation coefficient outside this: 
 MIN_ACT_SHARE = 0.15      # ...judged only where activations are this share of its peaks
 PRIOR = 0.05              # pull of each coefficient toward the analytic 1 (one record's 5 %)
 MIN_SOURCES, MIN_RECORDS = 2, 3
-MAX_MEDIAN = 10.0         # % held-out median error an `external` cell may have
+TARGET = {"median_abs_pct": 10.0, "max_abs_pct": 20.0}   # issue #26's accuracy targets
 COVER = 90                # the margin covers this percentile of held-out under-predictions
 
 
@@ -64,10 +65,11 @@ def framework_key(text: str) -> str:
     return t.split()[0] if t.split() else "unknown"
 
 
-def terms(r: dict, contract) -> tuple[float, float, float]:
+def terms(r: dict, contract) -> tuple[float, float, float, int]:
+    """(params, activations, overhead bytes, 1 without checkpointing) of a record."""
     c = record_components(r, contract)
     return (float(sum(c[k] for k in PARAMS)), float(sum(c.get(k, 0) for k in ACTS)),
-            float(c["overhead"]))
+            float(c["overhead"]), 0 if r["checkpointing"] else 1)
 
 
 def _fw(r: dict) -> str:
@@ -75,41 +77,42 @@ def _fw(r: dict) -> str:
 
 
 def solve(recs: list[dict], cols: list[tuple]) -> dict:
-    """Per framework a and o (p held at 1), all ≥ 0, minimising relative errors under a
+    """Per framework a and o, and g — how much of its count a run without checkpointing keeps
+    of the L layers' activations, relative to one with (shared: the same kernels keep the same
+    tensors whoever calls them) — all ≥ 0 with p held at 1, minimising relative errors under a
     soft-L1 loss (a source's quirk pulls less than a square would), each source weighing the
     same however many rows it has. A mens run gets the mens-like frameworks' a and o (all
     frameworks' medians without any)."""
     fws = sorted({_fw(r) for r in recs})
     k = len(fws)
-    X = np.array([[a if _fw(r) == f else 0.0 for f in fws]
-                  + [o if _fw(r) == f else 0.0 for f in fws]
-                  for r, (p, a, o) in zip(recs, cols)])
+    f_of = np.array([fws.index(_fw(r)) for r in recs])
+    P, A, O, N = (np.array([c[j] for c in cols], float) for j in range(4))
     y = np.array([r["measured_peak_bytes"] for r in recs], float)
-    params = np.array([p for p, _, _ in cols])
     per_source: dict[str, int] = {}
     for r in recs:
         per_source[r["source"]] = per_source.get(r["source"], 0) + 1
     w = np.array([1.0 / np.sqrt(per_source[r["source"]]) for r in recs]) / y
-    A, b = X * w[:, None], (y - params) * w   # the params as counted: p = 1
-    # a framework seen in few rows (or one model) cannot tell its terms apart: each coefficient
-    # is pulled toward the analytic 1 as one record's 5 % error would pull it
-    A = np.vstack([A, PRIOR * np.eye(2 * k)])
-    b = np.concatenate([b, PRIOR * np.ones(2 * k)])
-    start, _ = nnls(A, b)
-    beta = least_squares(lambda x: A @ x - b, np.maximum(start, 1e-6), bounds=(0, np.inf),
-                         loss="soft_l1", f_scale=0.05).x
-    acts = {f: float(v) for f, v in zip(fws, beta[:k])}
-    over = {f: float(v) for f, v in zip(fws, beta[k:])}
-    return {"params": 1.0, "frameworks": acts, "overheads": over,
+
+    def resid(x):
+        a, o, g = x[:k][f_of], x[k:2 * k][f_of], x[-1]
+        pred = P + a * np.where(N > 0, g, 1.0) * A + o * O
+        # a framework seen in few rows (or one model) cannot tell its terms apart: each
+        # coefficient is pulled toward the analytic 1 as one record's 5 % error would pull it
+        return np.concatenate([w * (pred - y), PRIOR * (x - 1.0)])
+    x = least_squares(resid, np.ones(2 * k + 1), bounds=(0, np.inf), loss="soft_l1",
+                      f_scale=0.05).x
+    acts = {f: float(v) for f, v in zip(fws, x[:k])}
+    over = {f: float(v) for f, v in zip(fws, x[k:2 * k])}
+    return {"params": 1.0, "frameworks": acts, "overheads": over, "nockpt": float(x[-1]),
             "mens": acts.get("mens-like", float(statistics.median(acts.values()))),
             "overhead": over.get("mens-like", float(statistics.median(over.values())))}
 
 
 def predict(col: tuple, fit: dict, framework: str | None) -> float:
-    p, a, o = col
+    p, a, o, nockpt = col
     act = fit["frameworks"].get(framework, fit["mens"]) if framework else fit["mens"]
     over = fit["overheads"].get(framework, fit["overhead"]) if framework else fit["overhead"]
-    return fit["params"] * p + act * a + over * o
+    return fit["params"] * p + act * (fit["nockpt"] if nockpt else 1.0) * a + over * o
 
 
 def inconsistent(recs: list[dict], cols: list[tuple]) -> dict[tuple, str]:
@@ -123,7 +126,7 @@ def inconsistent(recs: list[dict], cols: list[tuple]) -> dict[tuple, str]:
     for key in sorted({(r["source"], r["rung"]["name"]) for r in recs}):
         idx = [i for i, r in enumerate(recs) if (r["source"], r["rung"]["name"]) == key]
         y = np.array([recs[i]["measured_peak_bytes"] for i in idx], float)
-        p, a, o = (np.array([cols[i][j] for i in idx]) for j in range(3))
+        p, a, o = (np.array([cols[i][j] for i in idx], float) for j in range(3))
         w = 1.0 / y
         if float(np.mean(a / (p + a + o))) < MIN_ACT_SHARE:   # too little to judge by
             continue
@@ -172,7 +175,7 @@ def fit_external(records: list[dict], contract, margin: float) -> dict:
         rows.append({"id": r["id"], "source": r["source"], "cell": r["cell"],
                      "framework": r["framework"], "gpu": r["gpu"], "model": r["rung"]["name"],
                      "measured_bytes": int(m), "fitted_bytes": int(fitted),
-                     "analytic_bytes": int(sum(col)),
+                     "analytic_bytes": int(sum(col[:3])),
                      "heldout_bytes": None if q is None else int(q),
                      "heldout_pct": None if q is None else round(100 * (m - q) / q, 2)})
     cells = {}
@@ -198,13 +201,12 @@ def _cell(key: str, rows: list[dict], joint: dict, contract, margin: float) -> d
         why.append(f"{len(rows)} record(s) < {MIN_RECORDS}")
     if not errs:
         why.append("no record could be held out")
-    elif med > MAX_MEDIAN:
-        why.append(f"held-out median error {med:.1f} % > {MAX_MEDIAN:g} %")
     elif u >= margin:
         why.append(f"the margin its held-out errors earn ({u:.1%}) is no smaller than the "
                    f"uncalibrated {margin:.0%}")
     coef = {k: round(joint["params"], 6) for k in PARAMS}
-    coef |= {k: round(joint["mens"], 6) for k in ACTS}
+    act = joint["mens"] * (joint["nockpt"] if "/nockpt/" in key else 1.0)
+    coef |= {k: round(act, 6) for k in ACTS}
     coef["overhead"] = round(joint["overhead"], 6)
     cell = {
         "calibrated": False, "external": not why, "uncertainty": u,
@@ -219,7 +221,9 @@ def _cell(key: str, rows: list[dict], joint: dict, contract, margin: float) -> d
                     "median_abs_pct": None if med is None else round(med, 2),
                     "max_abs_pct": None if mx is None else round(mx, 2),
                     "worst_under_prediction_pct": round(100 * worst_under, 2),
-                    "margin_covers_pct": COVER},
+                    "margin_covers_pct": COVER,
+                    "targets_met": bool(errs) and med <= TARGET["median_abs_pct"]
+                    and mx <= TARGET["max_abs_pct"]},
         "records": rows,
         "fitted": {"date": dt.date.today().isoformat(), "n_records": len(rows),
                    "evidence": "external"},

@@ -185,8 +185,8 @@ def external_text(result: dict) -> list[str]:
     out += [f"joint fit over {len(ext_rows)} records: params × {joint['params']:.3f}; a mens "
             f"run: activations × {joint['mens']:.3f}, overhead × {joint['overhead']:.3f} (per "
             f"framework, activations/overhead: {fws})", "",
-            "| cell | status | records | sources | held-out median | held-out max | margin |",
-            "|---|---|---|---|---|---|---|"]
+            "| cell | status | records | sources | held-out median | held-out max | margin | "
+            "targets (≤ 10 % / ≤ 20 %) |", "|---|---|---|---|---|---|---|---|"]
     for key, c in sorted(result["cells"].items()):
         h = c.get("heldout") or c.get("external_check")
         if not h:
@@ -195,8 +195,8 @@ def external_text(result: dict) -> list[str]:
                   if c.get("calibrated") else "fitted, not external")
         out.append(f"| {key} | {status} | {h['records']} | {len(c.get('sources') or h['sources'])}"
                    f" | {h['median_abs_pct']} % | {h['max_abs_pct']} % | "
-                   f"{c['uncertainty']:.1%} |")
-        out += [f"|  | not external: {w} | | | | | |" for w in c.get("not_external", [])]
+                   f"{c['uncertainty']:.1%} | {'met' if h.get('targets_met') else 'NOT met'} |")
+        out += [f"|  | not external: {w} | | | | | | |" for w in c.get("not_external", [])]
     out += ["", "| record | source | cell | measured GiB | analytic GiB | fitted GiB | "
             "held-out % |", "|---|---|---|---|---|---|---|"]
     out += [f"| {x['id']} | {x['source']} | {x['cell']} | {x['measured_bytes'] / 2**30:.2f} | "
@@ -204,11 +204,13 @@ def external_text(result: dict) -> list[str]:
             f"{x['heldout_pct']} |" for x in ext_rows]
     speed = result.get("speed") or {}
     out += ["", "## Speed model (tokens/s, leave-one-source-out)", ""]
+    if speed.get("latency_s_per_layer") is not None:
+        out.append(f"- fixed latency per micro-batch step: {1e3 * speed['latency_s_per_layer']:.2f}"
+                   f" ms per decoder layer")
     for cls, v in sorted((speed.get("classes") or {}).items()):
         out.append(f"- {cls}: {v['efficiency']:.1%} of dense bf16 TFLOPS, {v['records']} records "
                    f"from {', '.join(v['sources'])}; held-out median {v['heldout_median_pct']} %, "
                    f"max {v['heldout_max_pct']} %")
-    out += [f"- misread: {m}" for m in speed.get("misread", [])]
     return out
 
 

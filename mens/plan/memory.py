@@ -227,6 +227,11 @@ def components(arch: Arch, lane: LaneModel, shape: Shape, backend: str,
             layer[j] += v
     if role == "adapter":                      # each target's lora_A output (r values, fp32)
         layer[0] += s * b * m["lora_act_bytes"] * lane.lora_r * len(lane.lora_targets)
+        # act_bytes count LoRA on every linear; an input only a LoRA branch keeps is not kept
+        # when no target of its group is adapted
+        for group in m["lora_inputs"].values():
+            if not set(group["targets"]) & set(lane.lora_targets):
+                layer[0] -= s * b * wb * {"hidden": h, "intermediate": i}[group["dim"]]
         if lane.lora_dropout > 0:              # PEFT keeps dropout(x) per target
             shapes = arch.linear_shapes()
             layer[0] += s * b * (wb + 1) * sum(shapes[t][0] for t in lane.lora_targets)

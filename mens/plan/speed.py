@@ -2,18 +2,20 @@
 
 A micro-batch step of T = b·s tokens on one device takes
 
-    t = T · F / (η_class · P)  +  D / BW
+    t = T · F / (η_class · P)  +  D / BW  +  L · τ
 
 F: FLOPs per token (flops_per_token: 2N forward + 2N backward through the inputs, +2N weight
 gradients when every weight trains, +2N recompute under checkpointing, + attention); P: the
 tier's dense bf16 TFLOPS (hw.tflops_bf16); D: bytes each step moves whatever its size — the
 16-bit weights read in every pass, and for QLoRA each 4-bit linear's dequantized copy written
 and read (bytes_per_step); BW: the tier's memory bandwidth (hw.bandwidth_gbs), the roofline's
-second side, which is what makes small micro-batches slow. η_class — the FLOP rate a kernel class
+second side; L · τ: the step's fixed latency (kernel launches, the Python around them) per
+decoder layer, which with the bandwidth term is what makes small micro-batches slow. η_class — the FLOP rate a kernel class
 achieves (lora, qlora, full: QLoRA's dequantize-then-matmul and the full lane's optimizer run
 other kernels) — is what published measurements are fitted for (`mens fit`, the contract's
 `speed:`; mens.calibrate.speed), each with the sources it stands on and its leave-one-source-out
-error. A class with no evidence uses `speed.assumed_mfu`, and says so.
+error, and τ likewise. A class with no evidence uses `speed.assumed_mfu` (and no τ), and
+says so.
 
 Pure arithmetic, no torch: the planner calls it for every plan.
 """
@@ -99,6 +101,9 @@ def estimate(arch: Arch, lane: LaneModel, shape: Shape, tflops: float | None,
                f"throughput of {cls} kernels")
     if not bandwidth_gbs:
         how += "; the tier states no bandwidth (hw.bandwidth_gbs): compute time only"
-    rate = world / (compute / eta + memory)
+    tokens = shape.seq_len * shape.micro_batch
+    tau = float(model.get("latency_s_per_layer") or 0.0) if fitted else 0.0
+    step = tokens * (compute / eta + memory) + arch.layers * tau
+    rate = world * tokens / step
     return Speed(rate, how, bool(fitted), eta,
                  fitted.get("heldout_max_pct") if fitted else None)

@@ -56,10 +56,7 @@ INFORMATIONAL = {
 
 # Read by nothing and not informational: bugs to fix (implement or remove the key). Evidence
 # for each; the lead decides. Strict xfail: remove an entry once its key is read.
-UNREAD: dict[str, str] = {
-    "hw.bandwidth_gbs": "every CUDA tier carries its datasheet figure (issue #26 item 5); the "
-                        "planner's speed model that reads it is the next change",
-}
+UNREAD: dict[str, str] = {}
 
 
 # --- the schema's leaves --------------------------------------------------------------------
