@@ -309,7 +309,7 @@ def fit(records: list[dict], contract) -> dict:
     merge_external(cells, ext)
     excluded += [{"id": r["id"], "cell": r["cell"], "reason": r["reason"]} for r in published
                  if r.get("status") != "ok"]
-    speed = fit_speed(records + published, (contract.get("speed") or {}).get("assumed_mfu", 0.35))
+    speed = fit_speed(records + published, contract["speed"]["assumed_mfu"])
     return {"cells": cells, "refused": refused, "excluded": excluded,
             "external": ext.get("fit"), "external_rows": ext.get("rows", []), "speed": speed}
 

@@ -152,7 +152,7 @@ def estimate_offer(cfg: DictConfig, o: Offer, tokens: int, cache: dict, today) -
         fits=plan.fits, strategy=getattr(plan, "strategy", "single"), world_size=world,
         per_device_peak_gb=round(plan.peak_bytes / GiB, 3),
         budget_gb=round(plan.budget_bytes / GiB, 3), shape=shape_of(plan),
-        est_hours=None if hours is None else round(hours, 3),
+        est_hours=None if hours is None else float(f"{hours:.4g}"),   # 4 significant digits
         est_cost_usd=None if hours is None else round(hours * o.price_hour, 2),
         spot_cost_usd=None if hours is None or o.spot_price_hour is None
         else round(hours * o.spot_price_hour, 2))

@@ -188,7 +188,7 @@ def _plan(req: PlanRequest) -> Plan:
             break
     shape, accum, pred = chosen or smallest
     speed = estimate_speed(req.arch, req.lane, shape, req.tflops, req.bandwidth_gbs,
-                           req.world_size, contract.get("speed"))
+                           req.world_size, contract["speed"])
     p = req.arch.params()["total"]
     trainable = p if req.lane.kind == "full" else req.arch.lora_params(req.lane.lora_r,
                                                                         req.lane.lora_targets)

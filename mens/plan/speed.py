@@ -78,12 +78,11 @@ def step_terms(arch: Arch, lane: LaneModel, shape: Shape, tflops: float,
 
 
 def estimate(arch: Arch, lane: LaneModel, shape: Shape, tflops: float | None,
-             bandwidth_gbs: float | None, world: int, model: Mapping | None) -> Speed | None:
+             bandwidth_gbs: float | None, world: int, model: Mapping) -> Speed | None:
     """tokens/s over `world` devices of a tier (None without its TFLOPS). `model`: the
     contract's `speed:` section."""
     if not tflops:
         return None
-    model = model or {}
     cls = kernel_class(lane.kind)
     fitted = (model.get("classes") or {}).get(cls)
     compute, memory = step_terms(arch, lane, shape, tflops, bandwidth_gbs)
@@ -96,7 +95,7 @@ def estimate(arch: Arch, lane: LaneModel, shape: Shape, tflops: float | None,
         how = (f"{cls} kernels at {eta:.0%} of the tier's dense bf16 TFLOPS, fitted on "
                f"{fitted['records']} measurement(s) from {srcs}; {held}")
     else:
-        eta = float(model.get("assumed_mfu", 0.35))
+        eta = float(model["assumed_mfu"])
         how = (f"ASSUMED {eta:.0%} MFU (the contract's speed.assumed_mfu): no measured "
                f"throughput of {cls} kernels")
     if not bandwidth_gbs:

@@ -241,13 +241,14 @@ def test_the_fixed_heap_splits_activations_by_the_hidden_size_tensors():
     tensors are heap-sized, mmapped or not, and by ~1× once they reach the 8 MiB threshold
     (0.6b-l8 at s=2048): the whole set is `activations` below, `large_activations` from there —
     not tensor by tensor, as under the default heap's adaptive threshold."""
-    from mens.plan.memory import FIXED_MMAP_THRESHOLD, Shape, components
+    from mens.plan.memory import Shape, components
     c = load_contract()
+    threshold = c["model"]["fixed_heap_mmap_mib"] * 2**20     # 8 MiB, the contract's
     lane = LaneModel("lora", "fp32")
     per = {"attention": "per_record", "loss": "chunked"}
     for s, heap_sized in ((512, True), (2048, False)):      # b·s·h·4 = 4 MiB / 16 MiB
         shape = Shape(s, 2, False, True)
-        assert (2 * s * Q06_L8.hidden * 4 < FIXED_MMAP_THRESHOLD) == heap_sized
+        assert (2 * s * Q06_L8.hidden * 4 < threshold) == heap_sized
         fixed = components(Q06_L8, lane, shape, "cpu", c, {**per, "heap": "fixed"})
         default = components(Q06_L8, lane, shape, "cpu", c, {**per, "heap": "default"})
         total = default["activations"] + default["large_activations"]

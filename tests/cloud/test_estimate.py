@@ -31,7 +31,10 @@ def test_32b_qlora_lists_ranked_dated_sourced_offers_and_says_why_not(cloud_cli,
             assert any(r.startswith("spot") for r in o["reasons"])
     assert est["skipped_no_tier"] == {}   # every shipped GPU has a tier (the RTX 5090 since #26)
     assert [o["tier"] for o in offers if o["id"] == "vast:RTX5090:1"] == ["rtx5090"]
-    assert "catalogue:" in p.stdout and "assumption: MFU" in p.stdout and "ASSUMPTION" in p.stdout
+    assert "catalogue:" in p.stdout and "ASSUMPTION" in p.stdout
+    # hours stand on the fitted speed model, which says its sources and held-out error (#26)
+    assert "speed: qlora kernels at" in p.stdout and "leave-one-source-out" in p.stdout
+    assert all(o["speed_how"] for o in offers if o["est_hours"] is not None)
     assert "do not fit: " in p.stdout and "runpod:RTX4090:1 (" in p.stdout
 
 
@@ -53,7 +56,7 @@ def test_8b_full_proposes_a_sharded_multi_gpu_offer_planned_as_mens_plan_plans_i
         (plan.shape.micro_batch, plan.grad_accum)
 
 
-def test_time_is_tokens_times_flops_over_tflops_count_and_mfu(compile_run):
+def test_time_is_tokens_over_the_plans_speed_or_an_assumed_mfu(compile_run):
     from mens.cloud.estimate import estimate
     from mens.config.compose import compose
 
@@ -62,13 +65,17 @@ def test_time_is_tokens_times_flops_over_tflops_count_and_mfu(compile_run):
     b = {o["id"]: o for o in estimate(compose(base + ["cloud.mfu=0.7", "cloud.setup_hours=0"]))["offers"]}
     o = a["lambda:H100:2"]
     spec, plan = compile_run("+rung=4b", "lane=lora", "+hw=h100", "hw.devices=2")
-    arch, s = __import__("mens.plan.memory", fromlist=["Arch"]).Arch.of(spec.rung), plan.shape
-    n = arch.params()["linear"] + arch.vocab * arch.hidden       # an independent FLOPs count
-    fpt = n * (4 + (2 if s.checkpointing else 0)) + 6 * arch.layers * s.seq_len * arch.heads * arch.head_dim
-    hours = 2e9 * fpt / (989e12 * 2 * 0.35) / 3600 + 0.25
-    assert o["est_hours"] == pytest.approx(hours, rel=1e-3)
+    # the default: the plan's own tokens/s (the speed model, over both devices)
+    assert o["est_hours"] == pytest.approx(2e9 / plan.est_tokens_per_s / 3600 + 0.25, rel=1e-3)
     assert o["est_cost_usd"] == pytest.approx(o["est_hours"] * 8.38, abs=0.01)
-    assert b["lambda:H100:2"]["est_hours"] == pytest.approx((hours - 0.25) / 2, rel=1e-3)
+    assert o["speed_how"] == plan.speed["how"] and "fitted on" in o["speed_how"]
+    # cloud.mfu: an assumed MFU instead, on an independent FLOPs count
+    arch, s = __import__("mens.plan.memory", fromlist=["Arch"]).Arch.of(spec.rung), plan.shape
+    n = arch.params()["linear"] + arch.vocab * arch.hidden
+    fpt = n * (4 + (2 if s.checkpointing else 0)) + 6 * arch.layers * s.seq_len * arch.heads * arch.head_dim
+    assert b["lambda:H100:2"]["est_hours"] == pytest.approx(2e9 * fpt / (989e12 * 2 * 0.7) / 3600,
+                                                            rel=1e-3)
+    assert "ASSUMED 70% MFU" in b["lambda:H100:2"]["speed_how"]
 
 
 def test_an_old_catalogue_is_said_on_every_estimate(tmp_path):
@@ -95,3 +102,36 @@ def test_estimating_imports_no_torch(tmp_path):
             "assert not heavy, heavy\nprint('clean')\n")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path)
     assert p.returncode == 0 and "clean" in p.stdout, p.stderr
+
+
+def test_hours_count_the_users_data_and_epochs(tmp_path, monkeypatch):
+    """data=file: the tokens of the user's records × epochs, so 10× the records is ~10× the
+    hours (set-up aside) — not the spoke's demo corpus (#26)."""
+    import json
+
+    from mens.cloud.estimate import estimate
+    from mens.config.compose import compose
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+
+    def data(n: int):
+        path = tmp_path / f"d{n}.jsonl"
+        path.write_text("".join(json.dumps({"messages": [
+            {"role": "user", "content": f"question {i}: how do I sort a list of {i} numbers?"},
+            {"role": "assistant", "content": f"Use sorted() on the {i} numbers. " + "It is "
+             "stable, so equal keys keep their order; give key= for another order. " * 30}]})
+            + "\n" for i in range(n)))
+        return str(path)
+    common = ["+rung=8b", "lane=lora", "data=file", "cloud.setup_hours=0",
+              "cloud.providers=[lambda]"]
+    one = estimate(compose(common + [f"data.path={data(200)}"]))
+    ten = estimate(compose(common + [f"data.path={data(2000)}"]))
+    assert "your data file:d200" in one["tokens"]["how"] and "spoke" not in one["tokens"]["how"]
+    assert 9.0 <= ten["tokens"]["tokens"] / one["tokens"]["tokens"] <= 11.0
+    a = {o["id"]: o["est_hours"] for o in one["offers"] if o["est_hours"]}
+    b = {o["id"]: o["est_hours"] for o in ten["offers"] if o["est_hours"]}
+    assert a and all(9.0 <= b[k] / a[k] <= 11.0 for k in a), (a, b)
+    two = estimate(compose(common + [f"data.path={data(200)}", "curriculum=flat",
+                                     "curriculum.epochs=2", "curriculum.caps=[10,10]"]))
+    assert two["tokens"]["tokens"] == 2 * estimate(compose(common + [
+        f"data.path={data(200)}", "curriculum=flat"]))["tokens"]["tokens"]
