@@ -28,7 +28,8 @@ def test_acceptance_commands(mens_cli, tmp_path, args, code):
     plan = json.loads((tmp_path / "run" / "plan.json").read_text())
     assert plan["verdict"] == ("fits" if code == 0 else "refuses")
     assert "predicted peak" in p.stdout   # the cell's label as the plan has it (CPU: fitted)
-    assert ("(calibrated cell" if plan["calibrated"] else "UNCALIBRATED") in p.stdout
+    assert ("(calibrated cell" if plan["calibrated"] else "(external cell" if plan["external"]
+            else "UNCALIBRATED") in p.stdout
     if code == 3:
         assert "Ways out" in p.stderr or "anyway" in p.stderr
     if args[0] == "+hw=rtx4090":
