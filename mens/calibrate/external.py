@@ -138,18 +138,21 @@ def inconsistent(recs: list[dict], cols: list[tuple]) -> dict[tuple, str]:
     return out
 
 
-def leave_one_source_out(recs: list[dict], cols: list[tuple]) -> list[float | None]:
-    """Each record's prediction from a fit without its source (None: too few left to fit)."""
+def leave_one_source_out(recs: list[dict], cols: list[tuple]) -> tuple[list, list[dict]]:
+    """Each record's prediction from a fit without its source (None: too few left to fit),
+    and those fits (their spread is the coefficients' uncertainty: a jackknife by source)."""
     out: list[float | None] = [None] * len(recs)
+    fits = []
     for src in sorted({r["source"] for r in recs}):
         keep = [i for i, r in enumerate(recs) if r["source"] != src]
         if len(keep) < 3:
             continue
         sub = solve([recs[i] for i in keep], [cols[i] for i in keep])
+        fits.append(sub)
         for i, r in enumerate(recs):
             if r["source"] == src:
                 out[i] = predict(cols[i], sub, _fw(r))
-    return out
+    return out, fits
 
 
 def fit_external(records: list[dict], contract, margin: float) -> dict:
@@ -167,7 +170,9 @@ def fit_external(records: list[dict], contract, margin: float) -> dict:
     keep = [i for i, key in enumerate(series) if key not in bad]
     recs, cols = [recs[i] for i in keep], [cols[i] for i in keep]
     joint = solve(recs, cols)
-    loo = leave_one_source_out(recs, cols)
+    loo, subs = leave_one_source_out(recs, cols)
+    joint["spread"] = {k: max((abs(s[k] - joint[k]) for s in subs), default=0.0)
+                       for k in ("mens", "overhead", "nockpt")}
     rows = []
     for r, col, q in zip(recs, cols, loo):
         m = r["measured_peak_bytes"]
@@ -212,9 +217,12 @@ def _cell(key: str, rows: list[dict], joint: dict, contract, margin: float) -> d
         "calibrated": False, "external": not why, "uncertainty": u,
         "uncertainty_floor_bytes": 0, "model_digest": model_digest(contract["model"]),
         "coefficients": coef,
+        # each term's uncertainty: how far it moves when one source is left out
         "terms": {"params": {"coefficient": coef["weights"], "uncertainty": 0.0},
-                  "activations": {"coefficient": coef["activations"], "uncertainty": 0.0},
-                  "overhead": {"coefficient": coef["overhead"], "uncertainty": 0.0}},
+                  "activations": {"coefficient": coef["activations"],
+                                  "uncertainty": round(joint["spread"]["mens"], 6)},
+                  "overhead": {"coefficient": coef["overhead"],
+                               "uncertainty": round(joint["spread"]["overhead"], 6)}},
         "frameworks": {f: round(v, 4) for f, v in joint["frameworks"].items()},
         "sources": sources,
         "heldout": {"method": "leave-one-source-out", "records": len(errs),

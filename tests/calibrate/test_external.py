@@ -92,7 +92,7 @@ def test_the_committed_cuda_cells_are_what_the_evidence_fits(fitted):
     for key, cell in fitted["cells"].items():
         assert cells[key]["external"] == cell["external"]
         assert cells[key]["uncertainty"] == cell["uncertainty"]
-        assert cells[key]["coefficients"] == cell["coefficients"]
+        assert cells[key]["coefficients"] == pytest.approx(cell["coefficients"], abs=1e-5)
     # the adapter cells users train in, at bf16, stand on published evidence
     for key in ("cuda/lora/ckpt/bf16", "cuda/lora/nockpt/bf16", "cuda/qlora/ckpt/bf16"):
         c = fitted["cells"][key]
