@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import json
 
+from mens.config.schema import LORA_TARGETS
 from mens.errors import DataError
+from mens.plan.hardware import cuda_tier
 from mens.plan.memory import LaneModel, cell_key
 from mens.source.families import family
 
@@ -19,7 +21,6 @@ OPTIMIZERS = {"adamw": "adamw", "adam": "adamw", "adamw_fused": "adamw", "adamw_
               "adamw_torch_fused": "adamw", "paged_adamw_32bit": "adamw",
               "adamw_8bit": "adamw_8bit", "paged_adamw_8bit": "adamw_8bit",
               "adamw_bnb_8bit": "adamw_8bit", "sgd": "sgd"}
-ALL_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 # strategies whose one device holds a whole replica (the cell of one device applies) or a shard
 REPLICA = {"single", "ddp", "deepspeed-zero0", "deepspeed-zero1", "deepspeed-zero2"}
 
@@ -53,7 +54,7 @@ def _convert(row: dict) -> dict:
     quant = str(c.get("quantization") or "")
     lane = LaneModel(kind=kind, precision=c.get("dtype") or "bf16", optimizer=optimizer,
                      lora_r=int(c.get("lora_rank") or 0) if adapter else 0,
-                     lora_targets=tuple(c.get("lora_targets") or ALL_TARGETS) if adapter else (),
+                     lora_targets=tuple(c.get("lora_targets") or LORA_TARGETS) if adapter else (),
                      lora_dropout=float(c.get("lora_dropout") or 0.0) if adapter else 0.0,
                      double_quant="double" in quant, blocksize=64)
     devices = int(hw.get("devices") or 1)
@@ -72,7 +73,7 @@ def _convert(row: dict) -> dict:
     one_device = devices == 1 or strategy in REPLICA
     # what changes the peak in ways the model has no term for: the row still counts for speed
     unmodelled = [k for k in ("optimizer_in_backward", "activation_offloading") if c.get(k)]
-    if quant and not quant.startswith("nf4") or kind == "qlora" and not quant.startswith("nf4"):
+    if (quant or kind == "qlora") and not quant.startswith("nf4"):
         unmodelled.append(f"quantization {quant or 'unstated'} (mens's QLoRA: bitsandbytes nf4; "
                           f"its LoRA: a 16-bit base)")
     load = meas.get("load_peak")   # the source's reading while loading, when it gives one
@@ -97,7 +98,9 @@ def _convert(row: dict) -> dict:
     return {
         "id": row["id"], "kind": "external", "source": src["id"], "url": src["url"],
         "framework": src.get("framework") or "unknown", "gpu": hw.get("gpu") or "unknown",
-        "gpu_memory_gb": hw.get("memory_gb"), "tier": _tier(hw["gpu"]),
+        "gpu_memory_gb": hw.get("memory_gb"),
+        # the tier detection maps the device's name to (a source's name reads like one)
+        "tier": cuda_tier(hw.get("gpu") or "", hw.get("memory_gb") or 0),
         "cell": cell_key("cuda", lane, ckpt), "backend": "cuda", "precision": lane.precision,
         "arch": arch, "lane": {**lane.__dict__, "lora_targets": list(lane.lora_targets)},
         "rung": {"name": m["name"]}, "seq_len": _int(c.get("seq_len")),
@@ -158,21 +161,3 @@ def _why_not(one_device: bool, peak, unmodelled: list[str], devices: int,
         return (f"ran with {' and '.join(unmodelled)}, which mens's memory model has no term "
                 f"for (its throughput still counts)")
     return None
-
-
-# torch.cuda.get_device_name()-like names in sources → hw tiers, for the speed fit (most
-# specific first: "L40S" before "L40", "A100 80GB PCIe" before "A100")
-_TIER_WORDS = [("h100 nvl", "h100_nvl"), ("h100 pcie", "h100_pcie"), ("h100", "h100"),
-               ("h200", "h200"), ("b200", "b200"), ("a100", "a100_80g"), ("a10g", "a10g"),
-               ("l40s", "l40s"), ("l40", "l40"), ("l4", "l4"), ("rtx 6000 ada", "rtx6000ada"),
-               ("a6000", "a6000"), ("4090", "rtx4090"), ("5090", "rtx5090"),
-               ("4080", "rtx4080s"), ("3090", "rtx3090")]
-
-
-def _tier(gpu: str) -> str | None:
-    g = (gpu or "").lower()
-    if "a100" in g and ("40gb" in g or "40 gb" in g or "40g" in g):
-        return "a100_40g"
-    if "a100" in g and "pcie" in g:
-        return "a100_pcie"
-    return next((t for w, t in _TIER_WORDS if w in g), None)

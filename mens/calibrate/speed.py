@@ -18,6 +18,7 @@ import numpy as np
 from scipy.optimize import least_squares
 
 from mens.config.options import load_option
+from mens.errors import ConfigError
 from mens.plan.memory import Arch, LaneModel, Shape
 from mens.plan.speed import kernel_class, step_terms
 
@@ -27,7 +28,7 @@ def _tier(name: str | None):
         return None
     try:
         return load_option("hw", name)
-    except Exception:   # a tier this mens does not have: the record cannot be placed
+    except ConfigError:   # a tier this mens does not have: the record cannot be placed
         return None
 
 

@@ -60,7 +60,7 @@ def bytes_per_step(arch: Arch, lane: LaneModel, checkpointing: bool) -> float:
     and read back in each pass."""
     p = arch.params()
     passes = 3 if checkpointing else 2
-    wb = DTYPE_BYTES.get(lane.precision, 2)
+    wb = DTYPE_BYTES[lane.precision]
     if lane.kind == "qlora":
         linear = p["linear"] * (nf4_bytes_per_param(lane.double_quant, lane.blocksize) + 2 * wb)
         return passes * (linear + (p["total"] - p["linear"]) * wb)
