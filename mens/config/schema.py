@@ -413,14 +413,44 @@ class LadderConfig:
 
 
 @dataclass
+class EvalConfig:
+    """`mens eval` (mens.eval): standard benchmarks (lm-evaluation-harness), in-domain oracle
+    pass@k, an optional judge — every metric with a 95 % interval, base and tuned paired."""
+    tasks: List[str] = field(default_factory=list)   # lm-eval tasks or groups by name
+    include_path: Optional[str] = None   # a dir of the user's own lm-eval task YAMLs
+    limit: Optional[float] = None    # lm-eval: items per task (int) or a fraction (< 1); null: all
+    num_fewshot: Optional[int] = None   # null: each task's own default
+    batch_size: Any = AUTO           # auto: the largest the eval plan fits; or an int
+    chat_template: Any = AUTO        # auto: the model's chat template for generation tasks when it has one
+    max_length: Optional[int] = None    # lm-eval's context window; null: min(the rung's, 4096)
+    in_domain: bool = True           # the spoke's held-out prompts: oracle pass@1 / pass@k + loss
+    collateral: bool = True          # every other spoke's held-out prompts: loss + greedy pass@1
+    max_prompts: int = 64            # held-out prompts per spoke (all of them, capped here)
+    k: int = 4                       # samples per prompt for pass@k (plus one greedy answer)
+    temperature: float = 0.8         # of the k samples
+    top_p: float = 0.95
+    max_new_tokens: int = 256        # per answer
+    judge: Optional[str] = None      # teacher: pairwise base-vs-tuned through the teacher cascade
+    judge_prompts: int = 16          # held-out prompts the judge sees (each in both orders)
+    confidence: float = 0.95         # of every interval
+    bootstrap: int = 2000            # resamples of the items (paired between base and tuned)
+    seed: int = 0
+    models: List[str] = field(default_factory=lambda: ["base", "tuned"])   # base | tuned | merged
+    out: Optional[str] = None        # null: the run dir (or this command's own dir for a base)
+
+
+@dataclass
 class GateConfig:
-    """`mens gate run=DIR` (mens.gate): before/after on the run's spoke, collateral on the rest."""
-    max_prompts: int = 4             # held-out prompts per spoke (loss and greedy pass rate)
-    max_new_tokens: int = 48         # greedy tokens per answer
-    min_improvement_pct: float = 0.0   # the spoke's eval loss must drop by at least this %
-    max_collateral_pct: float = 10.0   # no other spoke's eval loss may rise by more than this %
-    min_pass_delta: float = 0.0      # the spoke's pass rate (tuned − base) must be at least this
-    max_collateral_pass_drop: float = 0.5   # no other spoke's pass rate may fall by more than this
+    """`mens gate run=DIR` (mens.gate): reads `mens eval`'s results (running what is missing) and
+    passes when the in-domain gain is significant and nothing else regresses with confidence."""
+    metric: str = AUTO               # in-domain gain on: auto (pass@1 with an oracle, else loss) | pass@1 | pass@k | loss
+    min_gain: float = 0.0            # the gain's interval must lie above this (points of rate; loss: fraction)
+    max_regression: float = 0.05     # a collateral metric confidently losing more than this fails
+    guard_tasks: List[str] = field(default_factory=list)   # lm-eval tasks guarded for regression
+    max_prompts: int = 64            # held-out prompts per spoke
+    k: int = 4                       # samples per prompt (pass@k)
+    max_new_tokens: int = 256        # per answer
+    collateral: bool = True          # guard every other spoke too
 
 
 @dataclass
@@ -482,6 +512,7 @@ class MensConfig:
     curate: CurateConfig = field(default_factory=CurateConfig)
     afk: AfkConfig = field(default_factory=AfkConfig)
     ladder: LadderConfig = field(default_factory=LadderConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
     gate: GateConfig = field(default_factory=GateConfig)
     studio: StudioConfig = field(default_factory=StudioConfig)
 

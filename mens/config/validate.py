@@ -26,7 +26,7 @@ def validate(cfg: DictConfig) -> None:
     unknown = list(_unknown_keys(cfg, MensConfig, ""))
     if unknown:
         raise unknown_key_error(unknown[0])
-    for key in AUTO_INTS:
+    for key in (*AUTO_INTS, "eval.batch_size"):
         value = OmegaConf.select(cfg, key)
         if value == AUTO:
             continue
@@ -240,15 +240,30 @@ RANGES: dict[str, Range] = {
     "serve.max_header_bytes": _count("bytes; larger request headers get 431", "16384"),
     "serve.max_queue": Range(lo=0, integer=True, example="32",
                              note="requests waiting for the model; more get 503"),
-    "gate.max_prompts": _count("held-out prompts per spoke the gate asks and scores", "4"),
-    "gate.max_new_tokens": _count("greedy tokens per gate answer", "48"),
-    "gate.min_improvement_pct": Range(lo=-100, hi=100, example="1",
-                                      note="the % the spoke's eval loss must drop"),
-    "gate.max_collateral_pct": _nonneg("the % another spoke's eval loss may rise", "5"),
-    "gate.min_pass_delta": Range(lo=-1, hi=1, example="0",
-                                 note="the least change of the spoke's pass rate (a fraction)"),
-    "gate.max_collateral_pass_drop": Range(lo=0, hi=1, example="0.5",
-                                           note="the most another spoke's pass rate may fall"),
+    "gate.max_prompts": _count("held-out prompts per spoke the gate asks and scores", "64"),
+    "gate.max_new_tokens": _count("tokens per gate answer", "256"),
+    "gate.k": _count("samples per prompt for pass@k", "4"),
+    "gate.min_gain": Range(lo=-1, hi=1, example="0",
+                           note="the least in-domain gain the interval must clear (a fraction: "
+                                "points of pass rate, or the share of eval loss removed)"),
+    "gate.max_regression": Range(lo=0, hi=1, example="0.05",
+                                 note="the most a collateral metric may confidently lose (a "
+                                      "fraction)"),
+    "eval.max_prompts": _count("held-out prompts per spoke", "64"),
+    "eval.k": _count("samples per prompt for pass@k", "4"),
+    "eval.temperature": _nonneg("the sampling temperature of the k samples", "0.8"),
+    "eval.top_p": Range(lo=0, hi=1, lo_open=True, example="0.95", note="nucleus sampling's mass"),
+    "eval.max_new_tokens": _count("tokens per answer", "256"),
+    "eval.judge_prompts": _count("held-out prompts the judge compares (each in both orders)", "16"),
+    "eval.confidence": Range(lo=0.5, hi=1, hi_open=True, example="0.95",
+                             note="the coverage of every interval"),
+    "eval.bootstrap": Range(lo=100, integer=True, example="2000",
+                            note="bootstrap resamples of the items"),
+    "eval.num_fewshot": Range(lo=0, integer=True, example="5", note="few-shot examples; null: "
+                                                                     "each task's default"),
+    "eval.limit": _pos("items per task (an int) or a fraction below 1; null: all", "100"),
+    "eval.max_length": _count("lm-eval's context window in tokens", "2048"),
+    "eval.seed": Range(lo=0, hi=2**32 - 1, integer=True, example="0", note="a uint32"),
     "studio.port": Range(lo=0, hi=65535, integer=True, example="8090",
                          note="0 takes any free port"),
     "studio.max_body_bytes": _count("bytes; a larger request body to the studio gets 413",
@@ -331,6 +346,10 @@ def _check_lane_sections(cfg: DictConfig) -> None:
 
 
 CHOICES = {
+    "gate.metric": [AUTO, "pass@1", "pass@k", "loss"],
+    "eval.judge": ["teacher"],
+    "eval.chat_template": [AUTO, True, False],
+    "eval.models[]": ["base", "tuned", "merged"],
     "hw.backend": ["auto", "cuda", "mps", "cpu"],
     "hw.strategy": ["auto", "single", "ddp", "fsdp2"],
     "hw.lightning.precision": ["32-true", "bf16-mixed", "bf16-true", "16-mixed"],
