@@ -39,7 +39,10 @@ COMMANDS = {
     "cloud": ("mens.cli.cloud", "cloud offers planned and priced (estimate), a SkyPilot task (launch)"),
     "recommend": ("mens.cli.recommend", "recommendation.md: what fits this machine, what to rent, how to run it"),
     "ladder": ("mens.cli.ladder", "every rung × spoke cell's state: trained, gated, stale, missing, no fit"),
-    "gate": ("mens.cli.gate", "before/after on the run's spoke, collateral on the others → gate.json"),
+    "eval": ("mens.cli.eval", "benchmarks (lm-eval), oracle pass@k, collateral, judge — with "
+             "intervals → eval.json"),
+    "gate": ("mens.cli.gate", "pass when the in-domain gain is significant and nothing regresses "
+             "→ gate.json"),
     "afk": ("mens.cli.afk", "the unattended queue: train missing cells smallest first "
             "(pause, abort, status)"),
     "studio": ("mens.cli.studio", "the local web app: ladder, recipe + live plan, jobs, data, "

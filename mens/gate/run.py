@@ -1,158 +1,144 @@
-"""`mens gate run=DIR`: measure a trained run before/after on its spoke and for collateral damage
-on every other spoke, judge it against the `gate.*` thresholds, write `gate.json` (atomic).
+"""`mens gate run=DIR`: does the run pass — judged on `mens eval`'s results, with confidence.
 
-Per set (the run's own held-out split; each other spoke's `eval.jsonl`), at most
-`gate.max_prompts` held-out records:
-  - eval loss of the base and of the tuned model (mens.train.evaluate.eval_loss, the function
-    training and mens.compare use), token-weighted over the answers;
-  - greedy pass rate: each model's greedy answer (`gate.max_new_tokens`, mens.serve.generate)
-    to the record's prompt, judged by the spoke's admission oracle (mens.synth.oracle,
-    `spoke.admission.check`) over passed / verified (an oracle whose tool is absent gives
-    unverified answers, which count for neither side; a rate with none verified is null).
-Verdict (`gate.*`): the spoke's loss falls by ≥ min_improvement_pct %, its pass rate moves by
-≥ min_pass_delta; no other spoke's loss rises by more than max_collateral_pct %, nor its pass rate
-falls by more than max_collateral_pass_drop. Exit 0 on pass, 3 on fail (the gate refuses).
+The gate reads the run's eval.json (mens.eval.run) and runs the evaluation it needs when that is
+missing, was made for other bytes (the adapter was retrained) or asked for less than the gate
+needs (fewer prompts, another k, a guard task it did not run). Then:
+  - **in-domain**: the gain of `gate.metric` (auto: pass@1 when the spoke has an oracle, else
+    the held-out loss) must have its whole interval above `gate.min_gain` — a gain within
+    noise fails as "not significant", naming the interval. An oracle that could not run here
+    fails: unverified is not passed.
+  - **guards**: no collateral metric (every other spoke's loss and greedy pass rate; each
+    lm-eval task of `gate.guard_tasks`) may lose more than `gate.max_regression` with
+    confidence (its whole interval below −max_regression).
+Gains are fractions: points of a rate (0.05 = 5 points), or the share of the base's loss
+removed. Writes gate.json (atomic) with the rows it judged, the items, the intervals, the task
+versions and the eval's own spec. Exit 0 on pass, 3 on fail (the gate refuses).
 """
 from __future__ import annotations
 
+import hashlib
 import time
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from mens.errors import EXIT_OK, EXIT_REFUSED, ConfigError
 from mens.data.corpus import corpus_lock
-from mens.run.receipt import RECEIPT, artifact_sha256, write_receipt
+from mens.errors import EXIT_OK, EXIT_REFUSED, ConfigError
 from mens.resources import CORPORA
+from mens.run.receipt import artifact_sha256, write_receipt
 from mens.run.rundir import RunDir
+from mens.eval.stats import confidently_below, significant
 
 
 def task(cfg: DictConfig, out_dir: Path) -> int:
     if not cfg.run:
         raise ConfigError("mens gate needs a finished run: `mens gate run=outputs/<date>/"
                           "<time>_train`.", key="run")
-    receipt = gate_run(Path(cfg.run), cfg.gate)
+    receipt = gate_run(Path(cfg.run), cfg)
     print(render(receipt))
-    print(f"mens: wrote {Path(cfg.run) / RECEIPT} (verdict {receipt['verdict']})")
+    print(f"mens: wrote {Path(cfg.run) / 'gate.json'} (verdict {receipt['verdict']})")
     return EXIT_OK if receipt["verdict"] == "pass" else EXIT_REFUSED
 
 
-def _sets(spec, max_prompts: int) -> list[tuple[str, str, str | None, list[dict]]]:
-    """[(role, name, admission check, records)]: the run's own held-out split first, then every
-    other spoke's (chats only: preference pairs have no single answer to judge)."""
-    from mens.config.options import load_option, spokes
-    from mens.data.corpus import load_eval
-    from mens.data.formats import kind
-    from mens.data.select import eval_records, user_data
-
-    own_name, own = eval_records(spec)["eval"]
-    own_check = None if user_data(spec) else spec.spoke.admission.check
-    out = [("spoke", own_name, own_check, [r for r in own if kind(r) == "chat"][:max_prompts])]
-    for name in spokes():
-        if name == own_name:
-            continue
-        sp = load_option("spoke", name)
-        recs = [r for r in load_eval(sp) if kind(r) == "chat"][:max_prompts]
-        out.append(("collateral", name, sp.admission.check, recs))
-    return out
+def eval_config(cfg: DictConfig) -> DictConfig:
+    """The evaluation the gate needs: cfg.eval with the gate's prompts, k, answer length,
+    collateral and guard tasks; both models; written into the run dir."""
+    g, ev = cfg.gate, cfg.eval.copy()
+    ev.max_prompts, ev.k, ev.max_new_tokens = g.max_prompts, g.k, g.max_new_tokens
+    ev.collateral, ev.in_domain, ev.out = g.collateral, True, None
+    ev.tasks = list(dict.fromkeys([*ev.tasks, *g.guard_tasks]))
+    ev.models = ["base", "tuned"]
+    return ev
 
 
-def _greedy(slots, slot, recs: list[dict], max_new: int) -> list[dict]:
-    """Oracle records: each prompt with the model's greedy answer as the assistant turn."""
-    from mens.serve.generate import GenRequest, generate
-
-    out = []
-    for r in recs:
-        msgs = r["messages"]
-        last_user = max(i for i, m in enumerate(msgs) if m["role"] == "user")
-        prompt = slots.encode_chat(msgs[:last_user + 1])
-        room = min(max_new, slots.context - len(prompt))
-        text = generate(slots, slot, GenRequest(tuple(prompt), room, temperature=0)).text \
-            if room > 0 else ""
-        out.append({**{k: v for k, v in r.items() if k != "messages"},
-                    "messages": msgs[:last_user + 1] + [{"role": "assistant", "content": text}]})
-    return out
-
-
-def _pass_rates(check: str | None, base: list[dict], tuned: list[dict]) -> tuple[dict, dict]:
-    """Both models' answers judged in one oracle batch (one child process per spoke)."""
-    from mens.synth.oracle import judge_batch
-
-    verdicts = judge_batch(check, base + tuned) if check and base + tuned else []
-    return (_rate(verdicts[:len(base)], len(base)), _rate(verdicts[len(base):], len(tuned)))
+def stale(existing: dict | None, need: DictConfig, sha: str | None) -> str | None:
+    """Why an eval.json cannot serve the gate (None: it can)."""
+    if existing is None:
+        return "the run has no eval.json"
+    if existing.get("artifact_sha256") != sha:
+        return "eval.json was made for other adapter bytes (retrained or edited since)"
+    have = existing.get("spec") or {}
+    for key in ("max_prompts", "k", "max_new_tokens", "temperature", "confidence", "seed",
+                "limit", "num_fewshot", "include_path"):
+        if have.get(key) != need[key]:
+            return f"eval.json has eval.{key}={have.get(key)}, the gate needs {need[key]}"
+    missing = set(need.tasks) - set(have.get("tasks") or [])
+    if missing:
+        return f"eval.json lacks the guard task(s) {', '.join(sorted(missing))}"
+    if need.collateral and not have.get("collateral"):
+        return "eval.json did not measure the other spokes (eval.collateral=false)"
+    if "tuned" not in (existing.get("models") or []):
+        return "eval.json did not evaluate the tuned model"
+    return None
 
 
-def _rate(verdicts: list, n: int) -> dict:
-    if not verdicts:
-        return {"rate": None, "passed": 0, "verified": 0, "unverified": n}
-    verified = [v for v in verdicts if v.passed is not None]
-    passed = sum(bool(v.passed) for v in verified)
-    return {"rate": passed / len(verified) if verified else None, "passed": passed,
-            "verified": len(verified), "unverified": len(verdicts) - len(verified)}
+def ensure_eval(run: Path, cfg: DictConfig, sha: str | None) -> dict:
+    """The run's eval.json if it serves the gate, else a fresh `mens eval` into the run dir."""
+    from mens.eval.run import evaluate, read
+
+    need = eval_config(cfg)
+    existing = read(run)
+    why = stale(existing, need, sha)
+    if why is None:
+        print(f"mens gate: using {run / 'eval.json'}")
+        return existing
+    print(f"mens gate: running mens eval ({why})")
+    ecfg = cfg.copy()
+    ecfg.eval = need
+    ecfg.run = str(run)
+    evaluate(ecfg, run)
+    return read(run)
 
 
-def measure(run: Path, spec, max_prompts: int, max_new: int) -> list[dict]:
-    """Every set measured both ways: [{role, spoke, check, records, loss_base, loss_tuned, …}]."""
-    from mens.compare.core import eval_sets_loss, load_models
-    from mens.data.examples import examples_for
-
-    (b_slots, b), (a_slots, a) = load_models(run, spec)
-    phases = list(spec.curriculum.phases)
-    out = []
-    try:
-        for role, name, check, recs in _sets(spec, max_prompts):
-            recs = [dict(r, phase=r["phase"] if r.get("phase") in phases else phases[0])
-                    for r in recs]
-            exs, _ = examples_for(recs, b_slots.tokenizer, spec, phases, pairs=False,
-                                  max_len=min(spec.rung.max_position_embeddings, 4096))
-            row = {"role": role, "spoke": name, "check": check, "records": len(recs)}
-            if exs:
-                sets = {role: (name, list(exs.values()))}
-                lb, la = eval_sets_loss(b_slots, b, sets)[role], eval_sets_loss(a_slots, a, sets)[role]
-                row.update(loss_base=lb["loss"], loss_tuned=la["loss"], tokens=lb["tokens"],
-                           loss_change_pct=100 * (la["loss"] / lb["loss"] - 1))
-            pb, pa = _pass_rates(check, _greedy(b_slots, b, recs, max_new),
-                                 _greedy(a_slots, a, recs, max_new))
-            row.update(pass_base=pb, pass_tuned=pa,
-                       pass_delta=None if pb["rate"] is None or pa["rate"] is None
-                       else pa["rate"] - pb["rate"])
-            out.append(row)
-    finally:
-        for s in {id(b_slots): b_slots, id(a_slots): a_slots}.values():
-            s.close()
-    return out
+def pick_metric(rows: list[dict], asked: str) -> str:
+    if asked != "auto":
+        return asked
+    return "pass@1" if any(r["group"] == "in_domain" and r["metric"] == "pass@1"
+                           for r in rows) else "loss"
 
 
-def judge(rows: list[dict], g) -> tuple[str, list[str]]:
-    """('pass' | 'fail', reasons): every threshold of `gate.*` a row breaks, said with numbers."""
+def judge(result: dict, g) -> tuple[str, list[str], dict | None, list[dict], str]:
+    """(verdict, reasons, the in-domain row, the guard rows, the metric gated)."""
+    rows = result["rows"]
+    conf = (result.get("spec") or {}).get("confidence", 0.95)
+    metric = pick_metric(rows, g.metric)
+    if metric == "pass@k":
+        metric = f"pass@{(result.get('spec') or {}).get('k')}"
     reasons = []
-    for r in rows:
-        change, delta = r.get("loss_change_pct"), r.get("pass_delta")
-        if r["role"] == "spoke":
-            if change is None:
-                reasons.append(f"spoke {r['spoke']}: no held-out record to score")
-            elif -change < g.min_improvement_pct:
-                reasons.append(f"spoke {r['spoke']}: eval loss {r['loss_base']:.4f} → "
-                               f"{r['loss_tuned']:.4f} ({-change:+.2f} % improvement) is below "
-                               f"gate.min_improvement_pct={g.min_improvement_pct:g}")
-            if delta is not None and delta < g.min_pass_delta:
-                reasons.append(f"spoke {r['spoke']}: pass rate {r['pass_base']['rate']:.2f} → "
-                               f"{r['pass_tuned']['rate']:.2f} moves less than "
-                               f"gate.min_pass_delta={g.min_pass_delta:g}")
-            continue
-        if change is not None and change > g.max_collateral_pct:
-            reasons.append(f"collateral {r['spoke']}: eval loss {r['loss_base']:.4f} → "
-                           f"{r['loss_tuned']:.4f} (+{change:.2f} %) rises more than "
-                           f"gate.max_collateral_pct={g.max_collateral_pct:g}")
-        if delta is not None and -delta > g.max_collateral_pass_drop:
-            reasons.append(f"collateral {r['spoke']}: pass rate {r['pass_base']['rate']:.2f} → "
-                           f"{r['pass_tuned']['rate']:.2f} falls more than "
-                           f"gate.max_collateral_pass_drop={g.max_collateral_pass_drop:g}")
-    return ("fail" if reasons else "pass"), reasons
+    own = next((r for r in rows if r["group"] == "in_domain" and r["metric"] == metric), None)
+    if own is None:
+        reasons.append(f"in-domain: no `{metric}` result (gate.metric={g.metric}); the spoke "
+                       f"has no oracle or eval.k is 0 — use gate.metric=loss")
+    elif (own.get("gain") or {}).get("value") is None:
+        why = f"{own.get('unverified')} answers unverified" if own.get("unverified") else \
+            "no item scored"
+        reasons.append(f"in-domain {own['spoke']} {metric}: {why} — the oracle "
+                       f"`{own.get('check')}` could not judge here; unverified is not passed")
+    elif not significant(own["gain"], g.min_gain):
+        lo, hi = own["gain"]["ci"]
+        reasons.append(f"in-domain {own['spoke']} {metric}: gain {_pts(own['gain']['value'])} is "
+                       f"not significant: its {conf:.0%} interval [{_pts(lo)}, {_pts(hi)}] over "
+                       f"{own['n']} prompts does not lie above gate.min_gain={g.min_gain:g}")
+    guards = [r for r in rows if r["group"] == "collateral"
+              or (r["group"] == "benchmark" and r.get("task") in set(g.guard_tasks))]
+    for r in guards:
+        gain = r.get("gain") or {}
+        if confidently_below(gain, -g.max_regression):
+            lo, hi = gain["ci"]
+            reasons.append(f"{r['group']} {r['name']}: loses {_pts(-gain['value'])} "
+                           f"({conf:.0%} interval of the gain [{_pts(lo)}, {_pts(hi)}]) — more "
+                           f"than gate.max_regression={g.max_regression:g} with confidence")
+    missing = set(g.guard_tasks) - {r.get("task") for r in guards}
+    reasons += [f"guard task {t}: no result in eval.json" for t in sorted(missing)]
+    return ("fail" if reasons else "pass"), reasons, own, guards, metric
 
 
-def gate_run(run: Path | str, g, corpora: Path | str = CORPORA) -> dict:
-    """Measure, judge and write `<run>/gate.json` (atomic); returns the receipt."""
+def _pts(x: float) -> str:
+    return f"{x:+.3f}"
+
+
+def gate_run(run: Path | str, cfg: DictConfig, corpora: Path | str = CORPORA) -> dict:
+    """Evaluate (when needed), judge and write `<run>/gate.json` (atomic); returns the receipt."""
     from mens.config.options import spokes
 
     run = Path(run)
@@ -164,16 +150,22 @@ def gate_run(run: Path | str, g, corpora: Path | str = CORPORA) -> dict:
     if sha is None:
         raise ConfigError(f"run={run}: neither adapter/ nor model/ there; nothing to gate.",
                           key="run")
-    spec = OmegaConf.load(rd.spec)
     started = time.time()
-    rows = measure(run, spec, int(g.max_prompts), int(g.max_new_tokens))
-    verdict, reasons = judge(rows, g)
-    thresholds = OmegaConf.to_container(g) if isinstance(g, DictConfig) else dict(vars(g))
+    result = ensure_eval(run, cfg, sha)
+    verdict, reasons, own, guards, metric = judge(result, cfg.gate)
+    spec = OmegaConf.load(rd.spec)
+    raw = (run / "eval.json").read_bytes()
     receipt = {
         "run": str(run), "rung": spec.rung.name, "rung_commit": spec.rung.commit,
-        "spoke": rows[0]["spoke"], "lane": spec.lane.kind, "artifact_sha256": sha,
-        "verdict": verdict, "reasons": reasons, "thresholds": thresholds,
-        "spoke_result": rows[0], "collateral": {r["spoke"]: r for r in rows[1:]},
+        "spoke": result["spoke"], "lane": spec.lane.kind, "artifact_sha256": sha,
+        "verdict": verdict, "reasons": reasons,
+        "thresholds": OmegaConf.to_container(cfg.gate, resolve=True),
+        "metric": metric, "in_domain": own, "guards": guards,
+        "eval": {"path": "eval.json", "sha256": hashlib.sha256(raw).hexdigest(),
+                 "spec": result.get("spec"), "created": result.get("created"),
+                 "task_versions": {r["task"]: r.get("version") for r in result["rows"]
+                                   if r["group"] == "benchmark"},
+                 "items": {r["name"]: r["n"] for r in result["rows"]}},
         "corpus_lock": {s: corpus_lock(s, corpora) for s in spokes()},
         "created": time.time(), "duration_s": round(time.time() - started, 2)}
     write_receipt(run, receipt)
@@ -186,19 +178,21 @@ def render(receipt: dict) -> str:
     from rich.console import Console
     from rich.table import Table
 
-    def num(v, fmt):
-        return "—" if v is None else format(v, fmt)
+    from mens.eval.report import fmt_gain, fmt_value, is_rate
 
     buf = StringIO()
-    con = Console(file=buf, width=110, force_terminal=False, color_system=None)
-    t = Table(title=f"gate · {receipt['rung']} · {receipt['spoke']} · {receipt['lane']}",
-              show_edge=False)
-    for c in ("role", "spoke", "loss base", "loss tuned", "Δ %", "pass base", "pass tuned"):
-        t.add_column(c, justify="left" if c in ("role", "spoke") else "right")
-    for r in [receipt["spoke_result"], *receipt["collateral"].values()]:
-        t.add_row(r["role"], r["spoke"], num(r.get("loss_base"), ".4f"),
-                  num(r.get("loss_tuned"), ".4f"), num(r.get("loss_change_pct"), "+.2f"),
-                  num(r["pass_base"]["rate"], ".2f"), num(r["pass_tuned"]["rate"], ".2f"))
+    con = Console(file=buf, width=120, force_terminal=False, color_system=None)
+    t = Table(title=f"gate · {receipt['rung']} · {receipt['spoke']} · {receipt['lane']} · "
+                    f"gated on {receipt['metric']}", show_edge=False)
+    for c in ("role", "metric", "n", "base", "tuned", "gain"):
+        t.add_column(c, justify="left" if c in ("role", "metric") else "right")
+    for role, r in [("in-domain", receipt["in_domain"]),
+                    *(("guard", r) for r in receipt["guards"])]:
+        if r is None:
+            continue
+        pct = is_rate(r)
+        t.add_row(role, r["name"], str(r["n"]), fmt_value(r.get("base"), pct),
+                  fmt_value(r.get("tuned"), pct), fmt_gain(r))
     con.print(t)
     con.print(f"verdict: {receipt['verdict'].upper()}")
     for why in receipt["reasons"]:

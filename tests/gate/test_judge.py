@@ -1,0 +1,60 @@
+"""The gate's verdict on eval results (mens.gate.run.judge): significance of the in-domain gain,
+confident regressions of the guards, unverified oracles — on results computed by mens.eval.stats
+from item scores built here (what a real eval writes is tested in test_gate.py)."""
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from mens.eval.stats import paired
+from mens.gate.run import judge
+
+G = SimpleNamespace(metric="auto", min_gain=0.0, max_regression=0.05, guard_tasks=["arc_easy"])
+
+
+def row(group, name, metric, base, tuned, **kw):
+    return {"group": group, "name": name, "metric": metric, "spoke": kw.pop("spoke", "vox_lang"),
+            "task": kw.pop("task", None), "higher_is_better": True,
+            **paired(base, tuned, seed=1), **kw}
+
+
+def result(rows):
+    return {"rows": rows, "spec": {"confidence": 0.95, "k": 4}}
+
+
+def test_a_clear_gain_passes_and_noise_is_not_significant():
+    clear = row("in_domain", "vox_lang/pass@1", "pass@1", [0] * 30 + [1] * 10, [1] * 30 + [0] * 10)
+    verdict, reasons, own, _, metric = judge(result([clear]), G)
+    assert metric == "pass@1" and own is clear
+    assert reasons == ["guard task arc_easy: no result in eval.json"]   # the only one
+    noisy = row("in_domain", "vox_lang/pass@1", "pass@1", [0, 1] * 20, [1, 0] * 19 + [1, 1])
+    verdict, reasons, *_ = judge(result([noisy]), SimpleNamespace(**{**vars(G), "guard_tasks": []}))
+    assert verdict == "fail" and "not significant" in reasons[0] and "95% interval [-0.275, +0.350]" in reasons[0]
+
+
+def test_a_confident_collateral_loss_fails_and_a_small_one_does_not():
+    g = SimpleNamespace(**{**vars(G), "guard_tasks": []})
+    own = row("in_domain", "vox_lang/pass@1", "pass@1", [0] * 40, [1] * 40)
+    hurt = row("collateral", "structured_shell/greedy", "greedy", [1] * 40, [0] * 20 + [1] * 20,
+               spoke="structured_shell")
+    small = row("collateral", "rust_workspace/greedy", "greedy", [1] * 40, [0] + [1] * 39,
+                spoke="rust_workspace")
+    verdict, reasons, *_ = judge(result([own, hurt, small]), g)
+    assert verdict == "fail" and len(reasons) == 1
+    assert reasons[0].startswith("collateral structured_shell/greedy: loses +0.500")
+    assert "gate.max_regression=0.05" in reasons[0]
+
+
+def test_an_unverified_oracle_is_not_passed_and_guard_tasks_must_be_measured():
+    own = {"group": "in_domain", "name": "vox_lang/pass@1", "metric": "pass@1", "n": 4,
+           "spoke": "vox_lang", "check": "vox_parses", "unverified": 8,
+           "gain": {"value": None, "ci": None}}
+    verdict, reasons, *_ = judge(result([own]), G)
+    assert verdict == "fail" and "unverified is not passed" in reasons[0]
+    assert reasons[-1] == "guard task arc_easy: no result in eval.json"
+
+
+def test_without_an_oracle_auto_gates_the_loss():
+    loss = {**row("in_domain", "file:mine/loss", "loss", [2.0] * 10, [1.5] * 10),
+            "higher_is_better": False}
+    _, _, own, _, metric = judge(result([loss]), SimpleNamespace(**{**vars(G), "guard_tasks": []}))
+    assert metric == "loss" and own is loss
