@@ -120,3 +120,4 @@ def test_an_unreachable_judge_is_a_config_error():
         judge(teacher, PROMPTS[:1], BASE[:1], TUNED[:1], EV)
     assert e.value.key == "teacher" and "eval judge" in e.value.message
     assert url in e.value.message and "cannot connect" in e.value.message
+    assert "teacher=custom" in e.value.message          # the tier, as the cascade names it
