@@ -18,6 +18,27 @@ from mens.run.telemetry import Event
 def eval_loss(model, examples, micro: int, seq_len: int, desc: str | None = None) -> dict:
     """Token-weighted mean NLL over supervised tokens (one record per row, no packing).
     desc: a progress bar's label (none without one)."""
+    total, count = 0.0, 0
+    for _, nll, tokens in _scored_chunks(model, examples, micro, seq_len, desc):
+        total += float(nll.sum())
+        count += int(tokens.sum())
+    return {"loss": total / max(count, 1), "tokens": count, "records": len(examples)}
+
+
+def eval_item_losses(model, examples, micro: int, seq_len: int,
+                     desc: str | None = None) -> tuple[list[float], list[int]]:
+    """Per example, in the order given: (summed NLL over its supervised tokens, their count) —
+    the items a bootstrap resamples (sum(nll) / sum(tokens) is eval_loss's number)."""
+    nlls, counts = {}, {}
+    for chunk, nll, tokens in _scored_chunks(model, examples, micro, seq_len, desc):
+        for ex, x, t in zip(chunk, nll.cpu().tolist(), tokens.cpu().tolist()):
+            nlls[id(ex)], counts[id(ex)] = x, int(t)
+    return [nlls[id(e)] for e in examples], [counts[id(e)] for e in examples]
+
+
+def _scored_chunks(model, examples, micro: int, seq_len: int, desc: str | None):
+    """Yields (chunk, summed NLL per row (B,), supervised tokens per row (B,)); the model is in
+    eval mode meanwhile and back in train mode after (the training loop calls this)."""
     import torch
     from tqdm.auto import tqdm
 
@@ -26,18 +47,19 @@ def eval_loss(model, examples, micro: int, seq_len: int, desc: str | None = None
     from mens.train.module import sequence_logps
 
     device = next(model.parameters()).device
-    total, count = 0.0, 0
     chunks = eval_chunks(examples, micro)
     eval_mode(model)
-    with torch.no_grad():
-        for chunk in tqdm(chunks, desc=desc, disable=desc is None, leave=False, unit="batch"):
-            batch = pad_batch(chunk, min(seq_len, max(len(e) for e in chunk)))
-            batch = {k: v.to(device) for k, v in batch.items()}
-            # summed NLL over supervised tokens; the head runs chunk by chunk (no (B, S, V))
-            total += float(-sequence_logps(model, batch).sum())
-            count += int((batch["labels"][:, 1:] != IGNORE).sum())
-    model.train()
-    return {"loss": total / max(count, 1), "tokens": count, "records": len(examples)}
+    try:
+        with torch.no_grad():
+            for chunk in tqdm(chunks, desc=desc, disable=desc is None, leave=False, unit="batch"):
+                batch = pad_batch(chunk, min(seq_len, max(len(e) for e in chunk)))
+                batch = {k: v.to(device) for k, v in batch.items()}
+                # summed NLL over supervised tokens; the head runs chunk by chunk (no (B, S, V))
+                nll = -sequence_logps(model, batch)                          # (B,) fp32
+                tokens = (batch["labels"][:, 1:] != IGNORE).sum(-1)          # (B,)
+                yield chunk, nll, tokens
+    finally:
+        model.train()
 
 
 def eval_sets(spec, tokenizer) -> dict:

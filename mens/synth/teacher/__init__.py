@@ -10,7 +10,7 @@ endpoint, through a cascade of candidates, counted per teacher.
     reply.teacher, reply.model, reply.usage   # provenance and cost
     teacher.ledger.write(path)                # per-teacher stats JSON
 
-Modules: `schemas` (the three schemas: mens_subtopics, mens_samples, mens_repair; `check`),
+Modules: `schemas` (mens_subtopics, mens_samples, mens_repair, mens_judgement; `check`),
 `client` (one endpoint: response_format or the schema in the prompt, retries, usage),
 `routing` (the `teacher=` tiers and their fall-through), `stats` (the ledger). Heavy imports
 (openai, httpx) happen on the first request.

@@ -114,7 +114,7 @@ class TeacherClient:
 
     # --- the one call -----------------------------------------------------------------------
     def ask(self, name: str, messages: list[dict], **params) -> Reply:
-        """Ask for `name` (mens_subtopics | mens_samples | mens_repair). `params` may set
+        """Ask for `name` (one of schemas.NAMES). `params` may set
         temperature, max_tokens or seed for this call. Raises TeacherUnavailable only."""
         text, mode, sent, usage, model, cut = self._send(name, messages, params)
         checked = self._count(name, check(name, text), usage)

@@ -1,8 +1,9 @@
-"""The three structured outputs a teacher is asked for, and how a reply is checked.
+"""The structured outputs a teacher is asked for, and how a reply is checked.
 
-    mens_subtopics → {"subtopics": [string, ...]}
-    mens_samples   → {"samples": [{"prompt": string, "response": string}, ...]}
-    mens_repair    → {"response": string}
+    mens_subtopics  → {"subtopics": [string, ...]}
+    mens_samples    → {"samples": [{"prompt": string, "response": string}, ...]}
+    mens_repair     → {"response": string}
+    mens_judgement  → {"winner": "A" | "B" | "tie", "reason": string}   (mens.eval.judge)
 
 `SCHEMAS[name]` is the strict JSON Schema sent as `response_format = {"type": "json_schema",
 "json_schema": {"name": name, "schema": SCHEMAS[name], "strict": true}}` — OpenAI's strict subset
@@ -24,7 +25,7 @@ from dataclasses import dataclass, field
 
 from jsonschema import Draft202012Validator
 
-NAMES = ("mens_subtopics", "mens_samples", "mens_repair")
+NAMES = ("mens_subtopics", "mens_samples", "mens_repair", "mens_judgement")
 
 _STR = {"type": "string"}
 SAMPLE = {"type": "object", "properties": {"prompt": _STR, "response": _STR},
@@ -38,6 +39,11 @@ SCHEMAS: dict[str, dict] = {
                      "required": ["samples"], "additionalProperties": False},
     "mens_repair": {"type": "object", "properties": {"response": _STR},
                     "required": ["response"], "additionalProperties": False},
+    # mens.eval.judge's pairwise verdict (`enum` is in OpenAI's strict subset)
+    "mens_judgement": {"type": "object",
+                       "properties": {"winner": {"type": "string", "enum": ["A", "B", "tie"]},
+                                      "reason": _STR},
+                       "required": ["winner", "reason"], "additionalProperties": False},
 }
 
 
