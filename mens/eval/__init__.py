@@ -5,7 +5,7 @@ a wandb run of job_type `eval`, and a telemetry-style record.
 Modules:
   stats    — bootstrap intervals over items (paired for base vs tuned), the unbiased pass@k
   harness  — lm-evaluation-harness over mens's own model loader (HFLM on a PeftModel / merged)
-  passk    — in-domain oracle scoring: greedy + k samples per held-out prompt, every verdict kept
+  indomain — in-domain oracle scoring: greedy + k samples per held-out prompt, every verdict kept
   judge    — pairwise base-vs-tuned through the teacher cascade (json_schema mens_judgement)
   run      — the stage: plans, loads, runs the parts, writes eval.json / eval.md
 

@@ -50,8 +50,9 @@ def render_md(result: dict) -> str:
     for r in rows:
         pct = is_rate(r)
         notes = []
-        if r.get("unverified"):
-            notes.append(f"unverified {r['unverified']}")
+        unv = r.get("unverified") or {}
+        if unv.get("prompts_left_out"):
+            notes.append(f"{unv['prompts_left_out']} prompts unverified")
         if r.get("version") is not None:
             notes.append(f"v{r['version']}")
         if r.get("ci_method"):

@@ -119,12 +119,21 @@ def evaluate(cfg: DictConfig, out_dir: Path) -> dict:
         for role, name, check, recs in sets:
             if role == "in_domain" and not ev.in_domain:
                 continue
+            # a base alone is scored as its own pair (the tuned side is dropped below)
             scored = indomain.score_set(
-                slots, base, tuned if "tuned" in models else None, recs, check, spec, ev,
-                role=role, spoke=name, batch_size=gen_batch,
-                k=int(ev.k) if role == "in_domain" else 0)
+                slots, base, tuned if tuned is not None and "tuned" in models else base, recs,
+                check, spec, ev, role="spoke" if role == "in_domain" else "collateral",
+                spoke=name, batch_size=gen_batch,
+                k=int(ev.k) if role == "in_domain" else 0, greedy=True)
+            for r in scored["rows"]:
+                r["check"] = check
             rows += scored["rows"]
             items[f"{role}/{name}"] = scored["items"]
+        if "tuned" not in models:
+            rows = [{k: v for k, v in r.items() if k not in ("tuned", "delta", "gain")}
+                    for r in rows]
+            items = {k: [{f: v for f, v in it.items() if f != "tuned"} for it in its]
+                     for k, its in items.items()}
         if ev.judge == "teacher" and tuned is not None and "tuned" in models:
             judged = _judge(cfg, items, sets, spec)
             rows += judged["rows"]

@@ -110,8 +110,10 @@ def judge(result: dict, g) -> tuple[str, list[str], dict | None, list[dict], str
         reasons.append(f"in-domain: no `{metric}` result (gate.metric={g.metric}); the spoke "
                        f"has no oracle or eval.k is 0 — use gate.metric=loss")
     elif (own.get("gain") or {}).get("value") is None:
-        why = f"{own.get('unverified')} answers unverified" if own.get("unverified") else \
-            "no item scored"
+        unv = own.get("unverified") or {}
+        why = (f"{unv.get('base', 0) + unv.get('tuned', 0)} answers unverified "
+               f"({'; '.join(unv.get('reasons') or []) or 'no reason given'})"
+               if unv.get("prompts_left_out") else "no item scored")
         reasons.append(f"in-domain {own['spoke']} {metric}: {why} — the oracle "
                        f"`{own.get('check')}` could not judge here; unverified is not passed")
     elif not significant(own["gain"], g.min_gain):

@@ -170,7 +170,8 @@ def test_gate_then_promote_are_recorded(tmp_path):
 
     q = tmp_path / "afk"
     args = [a for a in afk_args(q, ["tiny/vox_lang"], 3) if a != "afk.gate=false"]
-    res = run(*args, "gate.max_prompts=1", "gate.max_new_tokens=8", "afk.promote=true",
+    res = run(*args, "gate.max_prompts=1", "gate.max_new_tokens=8", "gate.k=1",
+              "gate.collateral=false", "afk.promote=true",
               "serve.port=9", cwd=tmp_path)
     assert res.returncode == 0, res.stdout + res.stderr
     [item] = queue(q)["items"]

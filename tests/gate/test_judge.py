@@ -46,7 +46,8 @@ def test_a_confident_collateral_loss_fails_and_a_small_one_does_not():
 
 def test_an_unverified_oracle_is_not_passed_and_guard_tasks_must_be_measured():
     own = {"group": "in_domain", "name": "vox_lang/pass@1", "metric": "pass@1", "n": 4,
-           "spoke": "vox_lang", "check": "vox_parses", "unverified": 8,
+           "spoke": "vox_lang", "check": "vox_parses",
+           "unverified": {"base": 4, "tuned": 4, "prompts_left_out": 4, "reasons": ["no tool"]},
            "gain": {"value": None, "ci": None}}
     verdict, reasons, *_ = judge(result([own]), G)
     assert verdict == "fail" and "unverified is not passed" in reasons[0]

@@ -3,7 +3,7 @@ watch the chart gain points while it runs; a gate that fails is refused promotio
 and by /admin/promote (409); after a passing gate the page promotes it; the Serve panel asks the
 base and the adapter one held-out prompt and shows two different answers.
 
-The failing gate is `mens gate run=… gate.min_improvement_pct=99` run by the test itself (a real
+The failing gate is `mens gate run=… gate.min_gain=1` (no interval lies above a gain of 1) run by the test itself (a real
 gate with a threshold no tiny run meets: cheaper than training a second, harmful adapter); the
 passing gate is the page's own `gate` button (`python -m mens.gate run=…`, default thresholds).
 Screenshots: screens/ under the test's tmp dir. ~3-4 minutes on 2 CPU cores: slow."""
@@ -66,8 +66,9 @@ def test_round_trip_in_the_browser(studio, browser, tmp_path):
 
     # a gate that fails (run by the test: see the docstring)
     r = subprocess.run([sys.executable, "-m", "mens.gate", f"run={run}",
-                        "gate.min_improvement_pct=99"], cwd=tmp_path, capture_output=True,
-                       text=True, timeout=300)
+                        "gate.min_gain=1", "gate.max_prompts=2", "gate.k=1",
+                        "gate.max_new_tokens=8", "gate.collateral=false"],
+                       cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert r.returncode == 3, r.stdout + r.stderr
 
     page.click("#tab-serve")
