@@ -10,7 +10,7 @@ import shutil
 import pytest
 
 from eval_util import fake_adapter, rows_a, rows_b, write_eval, write_gate
-from mens.compare.evals import eval_table, evals_md, read_eval, stat_text
+from mens.compare.evals import badge, eval_table, evals_md, read_eval, stat_text
 from mens.errors import ConfigError
 
 
@@ -84,6 +84,15 @@ def test_stat_text():
     assert stat_text({"value": -0.01, "ci": [-0.05, 0.02]}, signed=True) == "-0.010 [-0.050, +0.020]"
     assert stat_text({"value": 12345.6, "ci": None}) == "1.235e+04"
     assert stat_text(None) == "—" and stat_text({"value": None, "ci": None}) == "—"
+
+
+def test_badge():
+    row = {"metric": "pass@1", "gain": {"value": 0.12, "ci": [0.04, 0.2]}}
+    assert badge({"metric": "pass@1", "in_domain": row}, "pass") == "pass@1 gain +0.120 [+0.040, +0.200]"
+    assert badge({"reasons": ["a", "b"]}, "fail") == "gate failed: a"
+    assert badge({"reasons": []}, "fail") == "gate failed (no reason recorded)"
+    assert badge({"verdict": "pass"}, "pass") == "gate passed"     # an older receipt: no row
+    assert badge(None, "none") is None and "changed" in badge({"verdict": "pass"}, "void")
 
 
 def test_a_file_that_is_not_a_mens_eval_json_is_a_config_error(tmp_path):
