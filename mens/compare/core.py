@@ -10,7 +10,8 @@ the very function training used. Numbers: loss delta, the share of prompts whose
 differs, where the outputs first diverge, token agreement, and the mean per-token KL divergence
 KL(fine-tuned ‖ base) along the fine-tuned answer (> 0 even when greedy outputs agree).
 *Across runs* tabulates the spec keys that differ and each run's metrics (final and eval loss,
-tokens/s, predicted vs measured peak, duration), and overlays the loss curves in a PNG.
+tokens/s, predicted vs measured peak, duration), the runs' eval.json results with their
+intervals and their gate verdicts (mens.compare.evals), and overlays the loss curves in a PNG.
 Both write compare.md + compare.json (+ loss_curves.png) to `compare.out` or the command's dir.
 """
 from __future__ import annotations
@@ -263,6 +264,7 @@ def _run_metrics(run: Path) -> dict:
 
 
 def across(runs: list[Path], out: Path) -> dict:
+    from mens.compare.evals import eval_table
     from mens.plan.spec import SECTIONS
 
     names = [r.name for r in runs]
@@ -279,6 +281,7 @@ def across(runs: list[Path], out: Path) -> dict:
         {"name": n, "dir": str(r), "lane": s.get("lane.kind"), "spoke": s.get("spoke.name"),
          "rung": s.get("rung.name"), **_run_metrics(r)} for n, r, s in zip(names, runs, specs)],
         "spec_differences": diff}
+    result["evals"] = eval_table(runs, names)   # eval.json / gate.json of each run, or None
     result["png"] = str(_plot(result["runs"], out / "loss_curves.png"))
     return result
 
@@ -311,6 +314,8 @@ def _mib(b) -> str:
 
 
 def across_md(r: dict) -> str:
+    from mens.compare.evals import evals_md
+
     runs = r["runs"]
     head = "| | " + " | ".join(x["name"] for x in runs) + " |"
     sep = "|---" * (len(runs) + 1) + "|"
@@ -333,5 +338,6 @@ def across_md(r: dict) -> str:
     kinds = {x["measured_peak_kind"] for x in runs if x["measured_peak_kind"]}
     if kinds:
         lines += ["", "Measured peak: " + "; ".join(sorted(kinds)) + "."]
+    lines += evals_md(r.get("evals"))
     lines += ["", f"![loss curves]({Path(r['png']).name})"]
     return "\n".join(lines) + "\n"

@@ -3,8 +3,10 @@
 A cell's run is the newest finished run dir under `ladder.runs` (spec.yaml + summary.json, not a
 calibration record, pretrained weights) trained on that rung and the spoke's own corpus. States:
 
-    TRAINED+GATED         its gate.json passes and matches the adapter's bytes (mens.gate)
-    TRAINED·UNGATED       no receipt, a failed one, or one voided by a retrain (said which)
+    TRAINED+GATED         its gate.json passes and matches the adapter's bytes (mens.gate);
+                          its badge: the gated metric's gain with its interval
+    TRAINED·UNGATED       no receipt, a failed one (badge: its first reason), or one voided
+                          by a retrain (said which)
     STALE                 the base snapshot, the corpus or the memory contract changed since
                           the run (each reason names what changed)
     BASE_SNAPSHOT_ABSENT  the rung's weights are not in the local hub cache (rung.path / bundled
@@ -33,6 +35,7 @@ from mens.config.options import spokes
 from mens.errors import EXIT_OK, MensError
 from mens.data.corpus import corpus_lock
 from mens.run.receipt import read_receipt, receipt_status
+from mens.compare.evals import badge
 from mens.plan.memory import GiB
 from mens.plan.spec import LADDER
 from mens.resources import CORPORA, option_path
@@ -229,7 +232,10 @@ def cell_state(rung: str, spoke: str, run: Path | None, plan: dict,
                           "verdict": (receipt or {}).get("verdict"),
                           "reasons": (receipt or {}).get("reasons"),
                           "spoke": (receipt or {}).get("spoke_result"),
-                          "collateral": (receipt or {}).get("collateral")})
+                          "collateral": (receipt or {}).get("collateral"),
+                          "metric": (receipt or {}).get("metric"),
+                          "in_domain": (receipt or {}).get("in_domain"),
+                          "badge": badge(receipt, status)})
     present, resolved, looked = base_status(rung_d)
     cell["base_present"] = present
     if not present:
@@ -299,8 +305,8 @@ def render(result: dict) -> str:
         meas, plan = c.get("measured_peak_bytes"), c.get("planned_peak_bytes")
         peak = (f"{meas / GiB:.3f} / {plan / GiB:.3f}" if meas and plan else "—")
         base = f"{c['revision']}@{(c.get('commit') or '—')[:12]}"
-        d.add_row(f"{c['rung']} × {c['spoke']}", c["state"], base, peak,
-                  c["gate"]["status"], c["why"] or "")
+        gate = c["gate"]["status"] + (f": {c['gate']['badge']}" if c["gate"]["badge"] else "")
+        d.add_row(f"{c['rung']} × {c['spoke']}", c["state"], base, peak, gate, c["why"] or "")
     if d.row_count:
         con.print(d)
     con.print("states: " + ", ".join(f"{SHORT[s]} = {s}" for s in STATES))

@@ -1,4 +1,5 @@
-"""The Evals panel's API (gate receipts; run comparison through mens.compare's across-runs
+"""The Evals panel's API (each run's eval.json results and gate verdict, read through
+mens.compare.evals; run comparison through mens.compare's across-runs
 mode, the function `python -m mens.compare A B …` calls) and Topology's compute hub (for one
 ladder cell: the local plan and the cheapest cloud offers of mens.cloud.estimate, the function
 `mens cloud estimate` calls)."""
@@ -11,6 +12,7 @@ from pathlib import Path
 
 from fastapi import Request
 
+from mens.errors import MensError
 from mens.studio.common import body, compose_lock, compose_plan
 from mens.studio.procs import Refused, find_runs, rel, run_dir
 
@@ -20,15 +22,29 @@ CELL = re.compile(r"^[a-z0-9_.]+/[a-z0-9_]+$")
 def add_hubs(app, cfg, root: Path) -> None:
     @app.get("/api/evals")
     def evals():
-        from mens.run.receipt import read_receipt, receipt_status
-        out = []
-        for r in find_runs(root):
-            rec = read_receipt(r)
-            if rec:
-                out.append({"id": rel(root, r), "status": receipt_status(r, rec)[0],
-                            **{k: rec.get(k) for k in ("verdict", "reasons", "spoke",
-                                                       "spoke_result", "collateral")}})
-        return {"receipts": out}
+        """Each run's eval.json rows (with their intervals) and its gate verdict, newest
+        first; a base evaluated alone (`*_eval/` with eval.json, no training) too."""
+        from mens.compare.evals import EVAL, gate_summary, read_eval
+        from mens.run.receipt import RECEIPT
+        dirs = find_runs(root) + sorted((p.parent for d in ("*", "*/*", "*/*/*")
+                                         for p in root.glob(f"{d}/{EVAL}")),
+                                        key=lambda p: (p / EVAL).stat().st_mtime, reverse=True)
+        out, seen = [], set()
+        for r in dirs:
+            if r in seen or not ((r / EVAL).is_file() or (r / RECEIPT).is_file()):
+                continue
+            seen.add(r)
+            try:
+                ev = read_eval(r)
+            except MensError as e:   # one broken file: said in its row, the others still shown
+                ev, error = None, e.message
+            else:
+                error = None
+            out.append({"id": rel(root, r), "gate": gate_summary(r), "error": error,
+                        "eval": ev and {k: ev.get(k) for k in (
+                            "run", "rung", "spoke", "lane", "models", "rows", "created",
+                            "duration_s")}})
+        return {"runs": out}
 
     @app.post("/api/evals/compare")
     async def compare(request: Request):

@@ -128,3 +128,31 @@ def test_cli_writes_ladder_json_without_torch(tmp_path):
     by = {(c["rung"], c["spoke"]): c["state"] for c in data["cells"]}
     assert by[("tiny", "vox_lang")] == "TRAIN_NOT_RUN" and by[("32b", "vox_lang")] == "DOES_NOT_FIT_LOCAL"
     assert "TRAIN_NOT_RUN" in p.stdout or "not run" in p.stdout
+
+
+def test_gated_cell_badge_shows_the_gain_and_its_interval(tiny_run, tmp_path, compose):
+    """The receipt mens gate writes (gate.json with the gated metric row): a pass shows the
+    in-domain gain with its interval on the cell, a fail its first reason."""
+    from eval_util import rows_a, write_gate
+    from mens.ladder.state import render
+
+    root = tmp_path / "runs"
+    run = run_copy(tiny_run, root / "2026-12-01" / "10-00-00_train")
+    row = rows_a()[0]
+    write_gate(run, row)
+    result = ladder(compose(["+hw=cpu", "hw.memory_gb=24", f"ladder.runs={root}"]),
+                    ["tiny"], ["vox_lang"])
+    [cell] = result["cells"]
+    g = row["gain"]
+    want = f"pass@1 gain {g['value']:+.3f} [{g['ci'][0]:+.3f}, {g['ci'][1]:+.3f}]"
+    assert cell["state"] == "TRAINED+GATED", cell["why"]
+    assert cell["gate"]["badge"] == want and cell["gate"]["in_domain"] == row
+    assert g["ci"][0] > 0                      # 6/20 → 14/20: a gain the interval supports
+    assert f"pass: pass@1 gain {g['value']:+.3f} [{g['ci'][0]:+.3f}," in render(result)  # rich wraps
+
+    write_gate(run, row, verdict="fail", reasons=["pass@1 gain below gate.min_gain 0.5",
+                                                  "guard arc_easy/acc dropped"])
+    [cell] = ladder(compose(["+hw=cpu", "hw.memory_gb=24", f"ladder.runs={root}"]),
+                    ["tiny"], ["vox_lang"])["cells"]
+    assert cell["state"] == "TRAINED·UNGATED" and cell["gate"]["status"] == "fail"
+    assert cell["gate"]["badge"] == "gate failed: pass@1 gain below gate.min_gain 0.5"

@@ -3,6 +3,8 @@ ladder shows the tiny rung's cells, and in Recipe a different seq_len re-plans t
 predicted peak. Screenshots are kept under the test's tmp dir (screens/)."""
 from __future__ import annotations
 
+import pytest
+
 
 def test_open_ladder_and_recipe_replans(studio, browser, tmp_path):
     url, _ = studio
@@ -81,4 +83,51 @@ def test_compute_hub_and_data_tree_from_the_page(studio, browser, tmp_path):
     page.press('input[aria-label="tag for r1"]', "Enter")
     page.locator('tr[data-record="r1"] .tag', has_text="gold").wait_for(timeout=20_000)
     page.screenshot(path=str(tmp_path / "screens" / "data.png"))
+    assert not errors, errors
+
+
+def test_evals_tab_draws_bars_with_their_intervals(studio, browser, tmp_path):
+    """A fixture eval.json (mens.eval.stats' real intervals) and gate.json in a run dir: the
+    Evals tab draws one bar per model and metric, and each error bar spans exactly the row's
+    interval on that bar's own scale (read back from the drawn geometry)."""
+    from eval_util import fake_adapter, rows_a, write_eval, write_gate
+
+    url, runs = studio
+    run = runs / "2026-12-01" / "10-00-00_train"
+    run.mkdir(parents=True)
+    (run / "telemetry.jsonl").write_text("")
+    fake_adapter(run)
+    rows = rows_a()
+    write_eval(run, rows)
+    write_gate(run, rows[0])
+    page = browser.new_page(viewport={"width": 1366, "height": 800})
+    errors = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(url + "#evals")
+    art = page.locator('article[data-run="2026-12-01/10-00-00_train"]')
+    art.locator("svg.eval-chart rect.bar").first.wait_for(timeout=30_000)
+    assert art.locator("rect.bar").count() == 2 * len(rows)      # base and tuned per metric
+    assert art.locator("line.err").count() == 2 * len(rows)
+    drawn = page.evaluate("""run => [...document.querySelectorAll(
+        `article[data-run="${run}"] g.metric`)].map(g => ({metric: g.dataset.metric,
+        bars: [...g.querySelectorAll('rect.bar')].map(r => { const e = g.querySelector(
+          `line.err[data-model="${r.dataset.model}"]`); return {model: r.dataset.model,
+          y: +r.getAttribute('y'), h: +r.getAttribute('height'),
+          hi: +e.getAttribute('y1'), lo: +e.getAttribute('y2')}; })}))""",
+        "2026-12-01/10-00-00_train")
+    assert [d["metric"] for d in drawn] == [r["name"] for r in rows]
+    for d, row in zip(drawn, rows):
+        for b in d["bars"]:
+            s = row[b["model"]]
+            scale, base_y = b["h"] / s["value"], b["y"] + b["h"]   # px per unit; the 0 line
+            assert b["h"] > 10
+            assert base_y - b["hi"] == pytest.approx(s["ci"][1] * scale, abs=0.05)
+            assert base_y - b["lo"] == pytest.approx(s["ci"][0] * scale, abs=0.05)
+    # the table and the gate badge say the same numbers as text
+    gain = rows[0]["gain"]
+    assert art.locator(f'tr[data-metric="{rows[0]["name"]}"] td.gain').inner_text() == (
+        f"{gain['value']:+.3f} [{gain['ci'][0]:+.3f}, {gain['ci'][1]:+.3f}]")
+    assert art.locator(".badge.gate").inner_text() == "pass"
+    assert art.locator(".gate-badge").inner_text().strip().startswith("pass@1 gain +0.400 [")
+    page.screenshot(path=str(tmp_path / "screens" / "evals.png"), full_page=True)
     assert not errors, errors

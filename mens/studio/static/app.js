@@ -52,6 +52,7 @@ async function loadLadder() {
         el("label", {}, el("input", { type: "checkbox", class: "cell-pick", value: id, "aria-label": "select " + id }),
           el("span", { class: "badge s-" + c.state }, c.state)),
         c.plan_peak_bytes ? el("small", {}, " " + GiB(c.plan_peak_bytes)) : "",
+        c.gate && c.gate.badge ? el("div", { class: "gate-badge" }, el("small", {}, c.gate.badge)) : "",
         el("button", { class: "link compute", "aria-label": "compute for " + id, onclick: () => loadCompute(id) }, "$"));
     })));
   }

@@ -61,18 +61,7 @@ async function loadRecords() {
 // --- evals -----------------------------------------------------------------------------------
 async function loadEvals() {
   loadCompareRuns();
-  const { receipts } = await api("/api/evals");
-  const t = $("#evals-table");
-  t.replaceChildren(el("tr", {}, ...["run", "receipt", "spoke: loss before → after", "pass rate before → after", "collateral (loss Δ%)", "reasons"].map(h => el("th", {}, h))));
-  const f = v => v == null ? "–" : (+v).toFixed(4);
-  for (const r of receipts) {
-    const s = r.spoke_result || {};
-    t.append(el("tr", {}, el("td", {}, r.id), el("td", {}, el("span", { class: "badge b-" + r.status }, r.status)),
-      el("td", {}, `${s.spoke || ""}: ${f(s.loss_base)} → ${f(s.loss_tuned)}`),
-      el("td", {}, `${f(s.pass_base?.rate)} → ${f(s.pass_tuned?.rate)}`),
-      el("td", {}, Object.values(r.collateral || {}).map(c => `${c.spoke} ${c.loss_base && c.loss_tuned ? (100 * (c.loss_tuned - c.loss_base) / c.loss_base).toFixed(2) + "%" : "–"}`).join(" · ")),
-      el("td", {}, (r.reasons || []).join("; "))));
-  }
+  await loadEvalResults();   // evals.js: each run's eval rows, chart and gate verdict
 }
 
 async function loadCompareRuns() {
@@ -97,6 +86,11 @@ $("#compare").addEventListener("click", async () => {
       ...rowsOf.map(([k, fn]) => el("tr", {}, el("th", {}, k), ...r.runs.map(x => el("td", {}, String(fn(x)))))),
       el("tr", {}, el("th", { colspan: r.runs.length + 1 }, "spec differences")),
       ...Object.entries(r.spec_differences).map(([k, vs]) => el("tr", {}, el("th", {}, k), ...vs.map(v => el("td", {}, JSON.stringify(v))))));
+    const ev = r.evals;   // mens.compare.evals' table: tuned [ci] and gain [ci] per run, the verdicts
+    if (ev) t.append(el("tr", {}, el("th", { colspan: r.runs.length + 1 }, "eval results: tuned [95 % ci] · gain [paired ci]")),
+      ...ev.metrics.map(m => el("tr", { "data-metric": m.name }, el("th", {}, m.name),
+        ...m.cells.map(c => el("td", {}, c ? `${statText(c.tuned)} · gain ${statText(c.gain, true)}` : "—")))),
+      el("tr", {}, el("th", {}, "gate"), ...ev.gates.map(g => el("td", {}, g ? `${g.status}: ${g.badge}` : "not gated"))));
     $("#compare-msg").textContent = `written to ${r.out} (compare.md, loss_curves.png)`;
   } catch (e) { $("#compare-msg").textContent = e.message; }
 });
