@@ -20,7 +20,7 @@ SKY_VENV ?= .venv-sky
 SKY_VERSION ?= 0.14.1
 ARGS ?=
 
-.PHONY: help install run plan test test-slow test-full bench clean export serve compare demo
+.PHONY: help install run plan test test-slow test-full bench clean export serve eval compare demo
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -69,6 +69,9 @@ export: install ## merged model, GGUFs, GGUF adapter, Modelfile of a run: make e
 
 serve: install ## OpenAI-compatible server on 127.0.0.1:8089: make serve RUN=<run dir> [ARGS=...]
 	$(PY) -m mens.serve $(if $(RUN),run=$(RUN)) $(ARGS)
+
+eval: install ## did it help? benchmarks, oracle pass@k, collateral, judge with intervals: make eval RUN=<run dir> [ARGS=...]
+	$(PY) -m mens.eval $(if $(RUN),run=$(RUN)) $(ARGS)
 
 compare: install ## base vs fine-tuned (RUN=<run dir>) or across runs (RUNS="<dirs or globs>")
 	$(PY) -m mens.compare $(if $(RUN),run=$(RUN)) $(RUNS) $(ARGS)

@@ -109,15 +109,15 @@ def row(spoke: str, role: str, metric: str, numbers: dict, higher_is_better: boo
             **extra}
 
 
-def score_set(slots, base_slot, tuned_slot, recs: list[dict], check: str | None, spec, ev, *,
+def score_set(slots, base_slot, tuned_slot, recs: list[dict], check: str | None, spec, eval_cfg, *,
               role: str, spoke: str, batch_size: int, k: int | None = None,
               greedy: bool | None = None, oracle: dict | None = None) -> dict:
     """One held-out set of chat records, both models: {"rows", "items", "stats"}.
 
     slots: one Slots holding both slots (a LoRA run), or (base Slots, tuned Slots) (a full
     fine-tune: mens.compare.core.load_models gives two). role: "spoke" | "collateral".
-    k: samples per prompt (None: ev.k; 0: none); greedy: a greedy answer per prompt (None:
-    when ev.k > 0) — a collateral set passes k=0, greedy=True. check None: the loss row only.
+    k: samples per prompt (None: eval_cfg.k; 0: none); greedy: a greedy answer per prompt (None:
+    when eval_cfg.k > 0) — a collateral set passes k=0, greedy=True. check None: the loss row only.
     oracle: keyword arguments of mens.synth.oracle.judge_batch (timeout_s, memory_mb, path).
     """
     from mens.data.examples import examples_for
@@ -125,9 +125,9 @@ def score_set(slots, base_slot, tuned_slot, recs: list[dict], check: str | None,
 
     b_slots, t_slots = slots if isinstance(slots, tuple) else (slots, slots)
     models = {"base": (b_slots, base_slot), "tuned": (t_slots, tuned_slot)}
-    k = int(ev.k if k is None else k)
-    greedy = ev.k > 0 if greedy is None else greedy
-    boot = {"confidence": ev.confidence, "reps": ev.bootstrap, "seed": ev.seed}
+    k = int(eval_cfg.k if k is None else k)
+    greedy = eval_cfg.k > 0 if greedy is None else greedy
+    boot = {"confidence": eval_cfg.confidence, "reps": eval_cfg.bootstrap, "seed": eval_cfg.seed}
     phases = list(spec.curriculum.phases)
     recs = [dict(r, phase=r["phase"] if r.get("phase") in phases else phases[0]) for r in recs]
 
@@ -159,16 +159,16 @@ def score_set(slots, base_slot, tuned_slot, recs: list[dict], check: str | None,
     answers: dict[tuple[str, str], list[list[str]]] = {}
     for m, (s, slot) in models.items():
         prompts = [s.encode_chat(h) for h in heads]
-        stats[f"prompts_cut_{m}"] = sum(room(s, p, ev.max_new_tokens) < ev.max_new_tokens
+        stats[f"prompts_cut_{m}"] = sum(room(s, p, eval_cfg.max_new_tokens) < eval_cfg.max_new_tokens
                                    for p in prompts)
         if greedy:
             answers[m, "greedy"] = generate(s, slot, prompts, n=1, temperature=0.0, top_p=1.0,
-                                            max_new=ev.max_new_tokens, seed=ev.seed,
+                                            max_new=eval_cfg.max_new_tokens, seed=eval_cfg.seed,
                                             batch_size=batch_size)
         if k > 0:
-            answers[m, "samples"] = generate(s, slot, prompts, n=k, temperature=ev.temperature,
-                                             top_p=ev.top_p, max_new=ev.max_new_tokens,
-                                             seed=ev.seed, batch_size=batch_size)
+            answers[m, "samples"] = generate(s, slot, prompts, n=k, temperature=eval_cfg.temperature,
+                                             top_p=eval_cfg.top_p, max_new=eval_cfg.max_new_tokens,
+                                             seed=eval_cfg.seed, batch_size=batch_size)
 
     # --- every answer judged in ONE oracle batch (one child process for the set)
     keys = [(m, kind, i, j) for (m, kind), per in answers.items()

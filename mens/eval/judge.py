@@ -41,9 +41,9 @@ def judge_messages(messages: list[dict], answer_a: str, answer_b: str) -> list[d
 
 
 def judge(teacher, prompts: list[list[dict]], base_answers: list[str], tuned_answers: list[str],
-          ev) -> dict:
+          eval_cfg) -> dict:
     """{"rows": [judge/win_rate], "pairs": [per prompt: both verdicts, outcome], "stats"}.
-    teacher: a mens.synth.teacher.Teacher. ev: cfg.eval (confidence, bootstrap, seed)."""
+    teacher: a mens.synth.teacher.Teacher. eval_cfg: cfg.eval (confidence, bootstrap, seed)."""
     from mens.synth.teacher import TeacherUnavailable
 
     if not len(prompts) == len(base_answers) == len(tuned_answers):
@@ -98,7 +98,7 @@ def judge(teacher, prompts: list[list[dict]], base_answers: list[str], tuned_ans
         print(f"mens: note: the judge gave no usable verdict for {counts['invalid']} of "
               f"{len(pairs)} prompt(s); they are left out of judge/win_rate (see its pairs)",
               file=sys.stderr)
-    rate = interval(scores, confidence=ev.confidence, reps=ev.bootstrap, seed=ev.seed)
+    rate = interval(scores, confidence=eval_cfg.confidence, reps=eval_cfg.bootstrap, seed=eval_cfg.seed)
     gain = {"value": None if rate["value"] is None else rate["value"] - 0.5,
             "ci": None if rate["ci"] is None else [c - 0.5 for c in rate["ci"]]}
     stats = _cost(replies, teacher)

@@ -265,7 +265,7 @@ def _shell(records: list[dict], lim: Limits) -> list[Verdict]:
             return [*_unshare(), bash, "--norc", "--noprofile", str(script)]
         out = _stream(argv, len(items), lim, tmp, marker,
                       lambda m: (math.ceil(STARTUP_S + cpu * m),) * 2)
-    diags: list[list[str]] = [[] for _ in records]
+    diags: list[list[str]] = [oc.empty("bash", bs) for bs in found]
     for (i, j), item in zip(items, out):
         if item[0] == "ok" and item[2] != "0":
             text = item[1].replace(f"r{i}/", "")             # `block1.sh: line 2: syntax error…`

@@ -247,9 +247,15 @@ def skill_frontmatter(rec: dict) -> list[str]:
 
 
 # ---------------------------------------------------------------- parsers
+def empty(lang: str, bodies: list[str]) -> list[str]:
+    """An empty fence parses under every grammar, so it proves nothing: a problem. (A model in a
+    loop writing ```vox fences and nothing else otherwise passes every check — issue #27.)"""
+    return [f"{lang} block {k}: empty (no code)" for k, b in enumerate(bodies, 1) if not b.strip()]
+
+
 def vox_parses(rec: dict) -> list[str]:
     progs = blocks(rec, "vox")
-    problems = []
+    problems = empty("vox", progs)
     for k, prog in enumerate(progs, 1):
         try:
             vox_check(prog)
@@ -260,7 +266,7 @@ def vox_parses(rec: dict) -> list[str]:
 
 def python_parses(rec: dict) -> list[str]:
     code = blocks(rec, "python", "py")
-    problems = []
+    problems = empty("python", code)
     for k, src in enumerate(code, 1):
         try:
             ast.parse(src)
@@ -285,7 +291,8 @@ def rust_pure(rec: dict) -> list[str]:
 
 
 def shell_pure(rec: dict) -> list[str]:
-    return [] if blocks(rec, *SHELL_LANGS) else ["no ```bash block in the answer"]
+    found = blocks(rec, *SHELL_LANGS)
+    return empty("bash", found) if found else ["no ```bash block in the answer"]
 
 
 CHECKS: dict[str, Callable[[dict], list[str]]] = {

@@ -1,4 +1,5 @@
-"""`mens gate`: real tiny adapters measured on every spoke; gate.json says pass or fail."""
+"""`mens gate`: real tiny adapters evaluated by `mens eval` (both models on the same items, every
+metric with its interval); gate.json says pass or fail, and why, with the numbers."""
 from __future__ import annotations
 
 import json
@@ -7,6 +8,7 @@ import pytest
 
 from mens.config.options import spokes
 from mens.run.receipt import RECEIPT, artifact_sha256, promotable, receipt_status
+from gate.conftest import FAST_GATE, gate
 
 
 def test_a_good_adapter_passes(good_run):
@@ -14,29 +16,74 @@ def test_a_good_adapter_passes(good_run):
     on_disk = json.loads((run / RECEIPT).read_text())
     assert on_disk == json.loads(json.dumps(receipt))            # the receipt is what returned
     assert receipt["verdict"] == "pass" and receipt["reasons"] == []
-    own = receipt["spoke_result"]
-    assert own["spoke"] == "vox_lang" and own["check"] == "vox_parses"
-    assert own["loss_tuned"] < own["loss_base"] and own["loss_change_pct"] < -1.0
-    assert own["records"] == 2 and own["pass_base"]["verified"] + \
-        own["pass_base"]["unverified"] == 2
-    assert set(receipt["collateral"]) == set(spokes()) - {"vox_lang"}
-    assert all(abs(c["loss_change_pct"]) < 10 for c in receipt["collateral"].values())
+    own = receipt["in_domain"]
+    assert receipt["metric"] == "loss" and own["name"] == "vox_lang/loss" and own["n"] == 4
+    lo, hi = own["gain"]["ci"]
+    assert 0 < lo <= own["gain"]["value"] <= hi                  # significant: above 0
+    assert own["tuned"]["value"] < own["base"]["value"]
+    guarded = {r["spoke"] for r in receipt["guards"]}
+    assert guarded == set(spokes()) - {"vox_lang"}
+    assert {r["metric"] for r in receipt["guards"]} == {"loss", "greedy"}
     assert receipt["artifact_sha256"] == artifact_sha256(run)
-    assert receipt["thresholds"]["max_collateral_pct"] == 10.0
+    assert receipt["thresholds"]["max_regression"] == 0.05
+    ev = json.loads((run / "eval.json").read_text())
+    assert receipt["eval"]["spec"]["k"] == 1 and receipt["eval"]["items"]["vox_lang/loss"] == 4
+    assert ev["kind"] == "mens.eval" and len(ev["items"]["in_domain/vox_lang"]) == 4
     assert [x["corpus"] for x in receipt["corpus_lock"]["vox_lang"]][0].startswith("vox_lang/")
     assert promotable(run) == (True, f"{run} passed its gate (gate.json)")
+
+
+def test_the_gate_reuses_an_eval_that_serves_it_and_reruns_a_stale_one(good_run, tmp_path,
+                                                                        capsys):
+    import shutil
+
+    from mens.config.compose import compose
+    from mens.gate.run import eval_config, stale
+
+    run = shutil.copytree(good_run[0], tmp_path / "again")
+    ev = json.loads((run / "eval.json").read_text())
+    need = eval_config(compose([f"run={run}", *FAST_GATE]))
+    assert stale(ev, need, artifact_sha256(run)) is None
+    assert stale(ev, eval_config(compose([*FAST_GATE, "gate.k=4"])), artifact_sha256(run)) \
+        == "eval.json has eval.k=1, the gate needs 4"
+    assert "other adapter bytes" in stale(ev, need, "0" * 64)
+    assert "guard task(s) arc_easy" in stale(ev, eval_config(compose(
+        [*FAST_GATE, "gate.guard_tasks=[arc_easy]"])), artifact_sha256(run))
+    receipt = gate(run, *FAST_GATE)
+    assert "mens gate: using" in capsys.readouterr().out and receipt["verdict"] == "pass"
+
+
+@pytest.mark.slow
+def test_a_well_trained_adapter_passes_the_default_gate(well_trained):
+    run, receipt = well_trained
+    assert receipt["verdict"] == "pass", receipt["reasons"]
+    own = receipt["in_domain"]
+    assert receipt["metric"] == "pass@1" and own["n"] >= 32 and own["gain"]["ci"][0] > 0
+    assert receipt["eval"]["spec"]["k"] == 4 and receipt["eval"]["spec"]["max_prompts"] == 64
+    assert len(receipt["guards"]) == 2 * (len(spokes()) - 1)
+
+
+@pytest.mark.slow
+def test_a_gain_within_noise_fails_as_not_significant(two_step_run):
+    run, receipt = two_step_run
+    assert receipt["verdict"] == "fail"
+    lo, hi = receipt["in_domain"]["gain"]["ci"]
+    why = receipt["reasons"][0]
+    assert why.startswith("in-domain vox_lang pass@1: gain") and "not significant" in why
+    assert f"[{lo:+.3f}, {hi:+.3f}]" in why and lo <= 0
+    assert not promotable(run)[0]
 
 
 @pytest.mark.slow
 def test_an_adapter_trained_to_hurt_fails(hurt_run):
     run, receipt = hurt_run
     assert receipt["verdict"] == "fail"
-    hurt = [s for s, c in receipt["collateral"].items() if c["loss_change_pct"] > 10]
-    assert hurt, receipt["collateral"]
-    assert any(r.startswith(f"collateral {hurt[0]}: eval loss") and "gate.max_collateral_pct=10"
-               in r for r in receipt["reasons"])
+    hurt = [r for r in receipt["guards"] if r["metric"] == "loss" and r["gain"]["ci"][1] < -0.05]
+    assert hurt, receipt["guards"]
+    assert any(r.startswith(f"collateral {hurt[0]['name']}: loses") and
+               "gate.max_regression=0.05" in r for r in receipt["reasons"])
     ok, why = promotable(run)
-    assert not ok and "failed its gate" in why and "max_collateral_pct" in why
+    assert not ok and "failed its gate" in why and "max_regression" in why
 
 
 @pytest.mark.slow

@@ -246,3 +246,15 @@ def test_a_tool_schema_that_is_itself_invalid_is_named():
     rec = sft(("user", "x"), ("assistant", CALL % ("t", "{}")), system=tools)
     v = judge("tool_call_schema", rec)
     assert v.passed is False and "the schema itself is invalid at type" in v.diagnostics
+
+
+@pytest.mark.parametrize("check, lang", [("vox_parses", "vox"), ("python_parses", "python"),
+                                         ("shell_syntax", "bash")])
+def test_empty_fences_prove_nothing(check, lang):
+    """A model in a loop writes fences with nothing inside: an empty program parses under every
+    grammar, so it fails (seen: a tiny vox_lang adapter answering ```vox\\n```vox\\n… passed)."""
+    needs(check)
+    looped = answer(lang, "", (lang, "   "))
+    [v] = judge_batch(check, [looped])
+    assert v.passed is False and f"{lang} block 1: empty (no code)" in v.diagnostics
+    assert f"{lang} block 2: empty" in v.diagnostics

@@ -1,0 +1,64 @@
+"""`mens eval` as users run it: a run's base and adapter on the same held-out items (rows with
+intervals, eval.json / eval.md / eval.jsonl, a wandb run of job_type eval), a base alone, and
+what it refuses."""
+from __future__ import annotations
+
+import json
+import shutil
+
+from wandb_util import wandb_run
+
+SMALL = ["eval.max_prompts=3", "eval.k=2", "eval.max_new_tokens=16", "eval.collateral=false"]
+
+
+def test_a_run_is_evaluated_both_ways_with_intervals(mens_cli, tmp_path, tiny_run):
+    run = shutil.copytree(tiny_run, tmp_path / "run")
+    env = {"WANDB_MODE": "offline", "OMP_NUM_THREADS": "1"}
+    p = mens_cli("mens.eval", f"run={run}", *SMALL, "logger=wandb", env=env)
+    assert p.returncode == 0, p.stderr[-3000:]
+    ev = json.loads((run / "eval.json").read_text())
+    assert ev["kind"] == "mens.eval" and ev["models"] == ["base", "tuned"]
+    rows = {r["name"]: r for r in ev["rows"]}
+    assert set(rows) == {"vox_lang/loss", "vox_lang/greedy", "vox_lang/pass@1", "vox_lang/pass@2"}
+    for r in rows.values():
+        assert r["n"] == 3 and r["group"] == "in_domain" and r["check"] == "vox_parses"
+        for side in ("base", "tuned", "delta", "gain"):
+            lo, hi = r[side]["ci"]
+            assert lo <= r[side]["value"] <= hi, (r["name"], side, r[side])
+    loss = rows["vox_lang/loss"]
+    assert loss["tuned"]["value"] < loss["base"]["value"] and loss["higher_is_better"] is False
+    # the gain of the loss is the share of the base's loss removed
+    assert abs(loss["gain"]["value"] - (1 - loss["tuned"]["value"] / loss["base"]["value"])) < 1e-9
+    items = ev["items"]["in_domain/vox_lang"]
+    assert len(items) == 3 and all(len(it["tuned"]["samples"]) == 2 for it in items)
+    assert {"loglik", "generate"} == set(ev["plan"]) and ev["plan"]["generate"]["batch"] >= 1
+    md = (run / "eval.md").read_text()
+    assert "| in_domain | vox_lang/pass@2 (%) | 3 |" in md and md.strip() in p.stdout
+    w = wandb_run(run)
+    assert w["run"].job_type == "eval" and w["run"].display_name == "eval-run"
+    assert "eval/vox_lang/loss/gain" in w["summary"]
+    p = mens_cli("mens.eval", f"run={run}", *SMALL, "eval.in_domain=false", "logger=csv", env=env)
+    assert p.returncode == 0, p.stderr[-2000:]
+    log = [json.loads(x) for x in (run / "eval.jsonl").read_text().splitlines()]
+    assert len(log) == 2 and "vox_lang/loss" in log[0]["metrics"] and log[1]["metrics"] == {}
+
+
+def test_a_base_alone(mens_cli, tmp_path):
+    out = tmp_path / "ev"
+    p = mens_cli("mens.eval", "+hw=cpu", "eval.max_prompts=2", "eval.k=1",
+                 "eval.max_new_tokens=8", "eval.collateral=false", "logger=csv",
+                 f"hydra.run.dir={out}", env={"OMP_NUM_THREADS": "1"})
+    assert p.returncode == 0, p.stderr[-3000:]
+    ev = json.loads((out / "eval.json").read_text())
+    assert ev["run"] is None and ev["models"] == ["base"] and ev["rung"] == "tiny"
+    for r in ev["rows"]:
+        assert "tuned" not in r and "gain" not in r and r["n"] == 2 and r["base"]["ci"]
+
+
+def test_what_it_refuses(mens_cli, tmp_path):
+    p = mens_cli("mens.eval", f"run={tmp_path}")
+    assert p.returncode == 2 and "not a finished training run" in p.stderr
+    p = mens_cli("mens.eval", "eval.k=0", "+hw=cpu", f"run={tmp_path}")
+    assert p.returncode == 2 and "eval.k" in p.stderr
+    p = mens_cli("mens.eval", "gate.metric=pass@3")
+    assert p.returncode == 2 and "gate.metric" in p.stderr
