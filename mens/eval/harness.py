@@ -90,10 +90,12 @@ def run_tasks(model, tokenizer, ev, *, label: str, batch_size: int, max_length: 
     for n, (on, why) in chat.items():
         print(f"mens eval ({label}): {n}: chat template {'applied' if on else 'not applied'} "
               f"({why})")
-    lm = HFLM(pretrained=model, tokenizer=tokenizer, batch_size=int(batch_size),
+    # an int, or lm-eval's own "auto" / "auto:N" (it then probes the largest that fits)
+    batch_size = batch_size if isinstance(batch_size, str) else int(batch_size)
+    lm = HFLM(pretrained=model, tokenizer=tokenizer, batch_size=batch_size,
               max_length=int(max_length))
     out = {"label": label, "lm_eval": version("lm_eval"), "limit": ev.limit,
-           "num_fewshot": ev.num_fewshot, "seed": int(ev.seed), "batch_size": int(batch_size),
+           "num_fewshot": ev.num_fewshot, "seed": int(ev.seed), "batch_size": batch_size,
            "max_length": int(max_length), "tasks": {}, "groups": {}}
     for on in (False, True):
         picked = [n for n in names if chat[n][0] == on]

@@ -91,8 +91,21 @@ def _leaves(name: str, tm, seen=None) -> list[dict]:
     return out
 
 
+def _source(name: str, tm) -> str:
+    entry = tm.task_index.get(name)
+    return str(entry.yaml_path) if entry is not None and entry.yaml_path else "inline"
+
+
 def _missing_data(name: str, tm, err: Exception, online: bool) -> ConfigError:
-    sets = sorted({(c.get("dataset_path"), c.get("dataset_name")) for c in _leaves(name, tm)
+    leaves = _leaves(name, tm)
+    local = [c for c in leaves if (c.get("dataset_kwargs") or {}).get("data_files")]
+    if local and isinstance(err, FileNotFoundError):   # the user's own files, not the hub's
+        return ConfigError(
+            f"eval.tasks: lm-eval task `{name}` ({_source(name, tm)}) reads data_files that are "
+            f"not there ({type(err).__name__}: {str(err)[:200]}). lm-eval hands data_files to "
+            f"`datasets` as written, so a relative path is relative to the current directory, "
+            f"not to the YAML: write absolute paths in the task YAML.", key="eval.tasks")
+    sets = sorted({(c.get("dataset_path"), c.get("dataset_name")) for c in leaves
                    if c.get("dataset_path")}, key=str) or [("?", None)]
     named = "; ".join(f"`{p}`" + (f" (name `{n}`)" if n else "") for p, n in sets[:5])
     p, n = sets[0]
@@ -150,5 +163,12 @@ def load_tasks(names: list[str], include_path: str | None) -> tuple[object, dict
                 got = tm.load([n])
             except (OSError, DatasetsError) as e:   # ConnectionError, not cached, no such repo
                 raise _missing_data(n, tm, e, online) from None
+            except Exception as e:   # a task YAML lm-eval cannot build: the user's to fix
+                raise ConfigError(f"eval.tasks: lm-eval could not build task `{n}` from "
+                                  f"{_source(n, tm)}: {type(e).__name__}: {str(e)[:300]}. Fix "
+                                  f"that task config (`lm-eval validate --tasks {n}"
+                                  + (f" --include_path {include}" if include else "")
+                                  + "` checks it).",
+                                  key="eval.tasks") from None
             loaded[n] = [got["groups"][n]] if n in got["groups"] else list(got["tasks"].values())
     return tm, loaded

@@ -175,6 +175,25 @@ def test_offline_dataset_fails_fast_naming_it(monkeypatch, tmp_path):
     assert "datasets.load_dataset('Rowan/hellaswag')" in msg and "HF_DATASETS_CACHE" in msg
 
 
+def test_relative_data_files_and_broken_task_are_config_errors(tmp_path, monkeypatch):
+    from mens.eval.tasks import load_tasks
+
+    monkeypatch.chdir(tmp_path)      # the shipped YAMLs name their JSONL relative to their dir
+    with pytest.raises(ConfigError) as e:
+        load_tasks([MC], str(TASKS))
+    assert e.value.key == "eval.tasks" and "arith_mc.yaml" in e.value.message
+    assert "write absolute paths" in e.value.message
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "b.yaml").write_text(f"task: mens_broken\ndataset_path: json\n"
+                                   f"dataset_kwargs: {{data_files: {{test: {TASKS}/arith_mc.jsonl}}}}\n"
+                                   f"output_type: multiple_choice\ntest_split: nosuchsplit\n"
+                                   f"doc_to_text: q\ndoc_to_target: 0\ndoc_to_choice: [a]\n")
+    with pytest.raises(ConfigError) as e:
+        load_tasks(["mens_broken"], str(broken))
+    assert "mens_broken" in e.value.message and str(broken / "b.yaml") in e.value.message
+
+
 # --- acceptance: the numbers are lm-eval's own ---------------------------------------------------
 def _merged(run: Path, out: Path) -> Path:
     """The tiny run merged by mens.export's own merge (fp32); it copies the base's tokenizer."""
