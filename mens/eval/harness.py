@@ -24,6 +24,8 @@ A result (JSON-serialisable; per-doc values keyed by str(doc_id) so a JSON round
 """
 from __future__ import annotations
 
+import math
+
 from mens.errors import ConfigError
 from mens.eval.tasks import load_tasks
 
@@ -114,13 +116,12 @@ def run_tasks(model, tokenizer, ev, *, label: str, batch_size: int, max_length: 
 
 
 def _num(x):
-    """lm-eval's numbers as plain floats; its 'N/A' stderr (and anything non-numeric) → None."""
-    if isinstance(x, bool):
-        return float(x)
+    """lm-eval's numbers as plain floats; its 'N/A' stderr, NaN (one document) → None: JSON."""
     try:
-        return float(x)
+        x = float(x)
     except (TypeError, ValueError):
         return None
+    return x if math.isfinite(x) else None
 
 
 def _plain(x):
