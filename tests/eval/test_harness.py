@@ -1,0 +1,245 @@
+"""mens.eval.harness: lm-eval's own evaluator over mens's model loader, on the tiny run.
+
+Two user tasks ship in tests/eval/tasks/ (a 20-item multiple choice, a 10-item generation task
+with exact match). lm-eval hands `data_files` to `datasets` as written (relative to the cwd),
+so `task_dir` copies them and writes the absolute JSONL paths in.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from mens.errors import ConfigError
+
+TASKS = Path(__file__).parent / "tasks"
+MC, GEN = "mens_arith_mc", "mens_echo_gen"
+
+
+@pytest.fixture(scope="module")
+def task_dir(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("lm_eval_tasks")
+    for stem in ("arith_mc", "echo_gen"):
+        (out / f"{stem}.jsonl").write_bytes((TASKS / f"{stem}.jsonl").read_bytes())
+        text = (TASKS / f"{stem}.yaml").read_text()
+        assert f"test: {stem}.jsonl" in text
+        (out / f"{stem}.yaml").write_text(text.replace(f"test: {stem}.jsonl",
+                                                       f"test: {out / stem}.jsonl"))
+    return out
+
+
+def _ev(task_dir, *extra):
+    from mens.config.compose import compose
+    return compose([f"eval.tasks=[{MC},{GEN}]", f"eval.include_path={task_dir}", *extra]).eval
+
+
+@pytest.fixture(scope="module")
+def models(tiny_run):
+    from omegaconf import OmegaConf
+
+    from mens.compare.core import load_models
+
+    (slots, base), (_, tuned) = load_models(tiny_run, OmegaConf.load(tiny_run / "spec.yaml"))
+    yield slots, base, tuned
+    slots.close()
+
+
+@pytest.fixture(scope="module")
+def results(models, task_dir):
+    from mens.eval.harness import run_tasks
+
+    slots, base, tuned = models
+    ev, out = _ev(task_dir), {}
+    for label, slot in (("base", base), ("tuned", tuned)):
+        with slots.activate(slot):
+            out[label] = run_tasks(slots.model, slots.tokenizer, ev, label=label, batch_size=8,
+                                   max_length=512)
+    return out
+
+
+def test_run_tasks_numbers_per_doc_and_chat_choice(results, capsys):
+    for label in ("base", "tuned"):
+        res = results[label]
+        assert res["label"] == label and res["lm_eval"].startswith("0.4.")
+        assert json.loads(json.dumps(res)) == res           # JSON as is, doc ids included
+        mc, gen = res["tasks"][MC], res["tasks"][GEN]
+        assert (mc["n"], gen["n"]) == (20, 10)
+        assert mc["version"] == gen["version"] == "1.0"
+        assert (mc["output_type"], gen["output_type"]) == ("multiple_choice", "generate_until")
+        # auto: the tiny tokenizer has a chat template → generation tasks only
+        assert (mc["chat_template"], gen["chat_template"]) == (False, True)
+        assert set(mc["metrics"]) == {"acc", "acc_norm"} and set(gen["metrics"]) == {"exact_match"}
+        for task, n in ((mc, 20), (gen, 10)):
+            for m in task["metrics"].values():
+                assert m["higher_is_better"] is True and m["aggregation"] == "mean"
+                docs = m["per_doc"]
+                assert sorted(docs, key=int) == [str(i) for i in range(n)]
+                assert set(docs.values()) <= {0.0, 1.0}
+                # lm-eval's aggregate is the mean of its per-document values
+                assert m["value"] == pytest.approx(sum(docs.values()) / n, abs=1e-12)
+                assert m["stderr"] is not None
+        assert len(mc["responses"]["none"]["0"]) == 4       # one log-likelihood per choice
+        assert isinstance(gen["responses"]["none"]["0"][0], str)
+    # the adapter is active for tuned: its log-likelihoods are not the base's
+    b, t = (results[x]["tasks"][MC]["responses"]["none"] for x in ("base", "tuned"))
+    assert any(abs(b[d][i][0] - t[d][i][0]) > 1e-3 for d in b for i in range(4))
+
+
+def test_benchmark_rows_paired_by_doc(results, task_dir):
+    from mens.eval.harness import PAIRED, SINGLE, benchmark_rows
+
+    ev = _ev(task_dir)
+    rows = benchmark_rows(results["base"], results["tuned"], ev)
+    assert [r["name"] for r in rows] == [f"{MC}/acc", f"{MC}/acc_norm", f"{GEN}/exact_match"]
+    for r in rows:
+        task = results["tuned"]["tasks"][r["task"]]
+        assert r["group"] == "benchmark" and r["version"] == "1.0" and r["ci_method"] == PAIRED
+        assert r["n"] == task["n"] and r["spoke"] is None and r["higher_is_better"] is True
+        for side in ("base", "tuned"):
+            lm_value = results[side]["tasks"][r["task"]]["metrics"][r["metric"]]["value"]
+            assert r[side]["value"] == pytest.approx(lm_value, abs=1e-12)
+            lo, hi = r[side]["ci"]
+            assert lo <= r[side]["value"] <= hi
+        assert r["delta"]["value"] == pytest.approx(r["tuned"]["value"] - r["base"]["value"])
+        assert r["gain"] == r["delta"]                       # higher is better: same sign
+        assert r["delta"]["ci"][0] <= r["delta"]["value"] <= r["delta"]["ci"][1]
+    # items aligned by doc_id: a reordered copy of the tuned per-doc values changes nothing
+    shuffled = json.loads(json.dumps(results["tuned"]))
+    for m in shuffled["tasks"][MC]["metrics"].values():
+        m["per_doc"] = dict(reversed(list(m["per_doc"].items())))
+    assert benchmark_rows(results["base"], shuffled, ev) == rows
+    # one model alone: its own interval, no delta
+    alone = benchmark_rows(None, results["tuned"], ev)
+    assert all(r["ci_method"] == SINGLE and "delta" not in r and "base" not in r for r in alone)
+
+
+def test_aggregate_only_metric_keeps_lm_eval_stderr(results, task_dir):
+    """A metric without per-document means (perplexity, corpus F1) is listed, not bootstrapped."""
+    from mens.eval.harness import NO_CI, benchmark_rows
+
+    base, tuned = (json.loads(json.dumps(results[x])) for x in ("base", "tuned"))
+    for res in (base, tuned):
+        m = res["tasks"][MC]["metrics"]["acc"]
+        m["aggregation"], m["per_doc"] = "weighted_perplexity", None
+    row = benchmark_rows(base, tuned, _ev(task_dir))[0]
+    assert row["ci_method"] == NO_CI and row["base"]["ci"] is None
+    assert row["base"]["stderr"] == results["base"]["tasks"][MC]["metrics"]["acc"]["stderr"]
+    assert row["delta"]["value"] == pytest.approx(row["tuned"]["value"] - row["base"]["value"])
+
+
+def test_chat_template_forced_off(models, task_dir, capsys):
+    from mens.eval.harness import run_tasks
+
+    slots, base, _ = models
+    with slots.activate(base):
+        res = run_tasks(slots.model, slots.tokenizer, _ev(task_dir, "eval.limit=2"),
+                        label="base", batch_size=2, max_length=512, chat_template=False)
+    assert res["tasks"][GEN]["chat_template"] is False and res["tasks"][GEN]["n"] == 2
+    assert "mens_echo_gen: chat template not applied (eval.chat_template=false)" in \
+        capsys.readouterr().out
+
+
+def test_unknown_task_names_near_matches():
+    from mens.eval.tasks import load_tasks
+
+    with pytest.raises(ConfigError) as e:
+        load_tasks(["hellaswg"], None)
+    assert e.value.key == "eval.tasks" and "`hellaswg`" in e.value.message
+    assert "Near matches: hellaswag" in e.value.message
+
+
+def test_offline_dataset_fails_fast_naming_it(monkeypatch, tmp_path):
+    """No hub and nothing cached: one paragraph naming the dataset and how to cache it, in
+    seconds (not the ~25 s of retries `datasets` spends when it is left to find out)."""
+    import datasets.config
+    from huggingface_hub import constants
+
+    from mens.eval.tasks import load_tasks, task_manager
+
+    # deterministic anywhere: offline, and an empty datasets cache
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path)
+    task_manager(None, True)                       # lm-eval's task index (built once, ~20 s)
+    t = time.monotonic()
+    with pytest.raises(ConfigError) as e:
+        load_tasks(["hellaswag"], None)
+    assert time.monotonic() - t < 10
+    msg = e.value.message
+    assert e.value.key == "eval.tasks" and "`hellaswag`" in msg and "`Rowan/hellaswag`" in msg
+    assert "datasets.load_dataset('Rowan/hellaswag')" in msg and "HF_DATASETS_CACHE" in msg
+
+
+def test_relative_data_files_and_broken_task_are_config_errors(tmp_path, monkeypatch):
+    from mens.eval.tasks import load_tasks
+
+    monkeypatch.chdir(tmp_path)      # the shipped YAMLs name their JSONL relative to their dir
+    with pytest.raises(ConfigError) as e:
+        load_tasks([MC], str(TASKS))
+    assert e.value.key == "eval.tasks" and "arith_mc.yaml" in e.value.message
+    assert "write absolute paths" in e.value.message
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "b.yaml").write_text(f"task: mens_broken\ndataset_path: json\n"
+                                   f"dataset_kwargs: {{data_files: {{test: {TASKS}/arith_mc.jsonl}}}}\n"
+                                   f"output_type: multiple_choice\ntest_split: nosuchsplit\n"
+                                   f"doc_to_text: q\ndoc_to_target: 0\ndoc_to_choice: [a]\n")
+    with pytest.raises(ConfigError) as e:
+        load_tasks(["mens_broken"], str(broken))
+    assert "mens_broken" in e.value.message and str(broken / "b.yaml") in e.value.message
+
+
+# --- acceptance: the numbers are lm-eval's own ---------------------------------------------------
+def _merged(run: Path, out: Path) -> Path:
+    """The tiny run merged by mens.export's own merge (fp32); it copies the base's tokenizer."""
+    from omegaconf import OmegaConf
+
+    from mens.export.merge import MergedWeights, SafetensorsDir, load_adapter, write_hf_dir
+    from mens.model.load import weights_dir
+
+    base = weights_dir(OmegaConf.load(run / "spec.yaml").rung)
+    src = MergedWeights(SafetensorsDir(base), load_adapter(run / "adapter"), "fp32")
+    merged = write_hf_dir(src, base, out / "merged", [])
+    assert (merged / "tokenizer.json").is_file() and (merged / "tokenizer_config.json").is_file()
+    return merged
+
+
+def _cli(merged: Path, task: str, task_dir: Path, out: Path, chat: bool) -> tuple[dict, dict]:
+    """`lm-eval run` as a user would type it: (results[task], {doc_id: sample})."""
+    cmd = [sys.executable, "-m", "lm_eval", "run", "--model", "hf", "--model_args",
+           f"pretrained={merged},dtype=float32,max_length=512", "--tasks", task,
+           "--include_path", str(task_dir), "--batch_size", "8", "--device", "cpu",
+           "--seed", "0", "--output_path", str(out), "--log_samples"]
+    cmd += ["--apply_chat_template"] if chat else []
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=600,
+                       env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert p.returncode == 0, p.stderr[-3000:]
+    res = json.loads(next(out.rglob("results_*.json")).read_text())
+    samples = [json.loads(x) for x in next(out.rglob(f"samples_{task}_*.jsonl")).read_text()
+               .splitlines()]
+    return res["results"][task], {str(s["doc_id"]): s for s in samples}
+
+
+@pytest.mark.slow   # two `lm-eval run` processes, each indexing lm-eval's bundled tasks
+def test_tuned_numbers_equal_lm_eval_cli_on_merged_model(tiny_run, results, task_dir, tmp_path):
+    merged = _merged(tiny_run, tmp_path)
+    tuned = results["tuned"]["tasks"]
+    for task, chat in ((MC, False), (GEN, True)):
+        assert tuned[task]["chat_template"] is chat
+        cli, samples = _cli(merged, task, task_dir, tmp_path / task, chat)
+        for key, m in tuned[task]["metrics"].items():
+            assert m["value"] == cli[f"{key},none"], (task, key)          # exact, as lm-eval's
+            assert m["stderr"] == pytest.approx(cli[f"{key}_stderr,none"], abs=1e-9)
+            assert m["per_doc"] == {d: float(s[key]) for d, s in samples.items()}
+        ours = tuned[task]["responses"]["none"]
+        for d, s in samples.items():
+            if chat:    # the same greedy text from the unmerged adapter and the merged weights
+                assert ours[d] == s["filtered_resps"], d
+            else:       # log-likelihoods of every choice, within float noise of the merge
+                for (a, _), (b, _) in zip(ours[d], s["filtered_resps"]):
+                    assert a == pytest.approx(float(b), abs=1e-4), d
