@@ -40,8 +40,8 @@ def _limit(limit):
     return limit if float(limit) < 1 else int(limit)
 
 
-def _mode(chat_template, ev):
-    mode = chat_template if chat_template is not None else getattr(ev, "chat_template", AUTO)
+def _mode(chat_template, eval_cfg):
+    mode = chat_template if chat_template is not None else getattr(eval_cfg, "chat_template", AUTO)
     if mode in (None, AUTO):
         return AUTO
     if isinstance(mode, bool):
@@ -73,17 +73,17 @@ def chat_choice(objs, mode, has_template: bool) -> tuple[bool, str]:
     return True, "auto: generate_until and the tokenizer has a chat template"
 
 
-def run_tasks(model, tokenizer, ev, *, label: str, batch_size: int, max_length: int,
+def run_tasks(model, tokenizer, eval_cfg, *, label: str, batch_size: int, max_length: int,
               chat_template: bool | None = None) -> dict:
-    """lm-eval's numbers for ev.tasks on this model (see the module docstring for the shape)."""
+    """lm-eval's numbers for eval_cfg.tasks on this model (see the module docstring for the shape)."""
     from importlib.metadata import version
 
     from lm_eval import simple_evaluate
     from lm_eval.models.huggingface import HFLM
 
-    names = list(ev.tasks)
-    tm, loaded = load_tasks(names, ev.include_path)
-    mode = _mode(chat_template, ev)
+    names = list(eval_cfg.tasks)
+    tm, loaded = load_tasks(names, eval_cfg.include_path)
+    mode = _mode(chat_template, eval_cfg)
     has_template = bool(getattr(tokenizer, "chat_template", None))
     if mode is True and not has_template:
         raise ConfigError("eval.chat_template=true, but the tokenizer has none: set "
@@ -96,8 +96,8 @@ def run_tasks(model, tokenizer, ev, *, label: str, batch_size: int, max_length: 
     batch_size = batch_size if isinstance(batch_size, str) else int(batch_size)
     lm = HFLM(pretrained=model, tokenizer=tokenizer, batch_size=batch_size,
               max_length=int(max_length))
-    out = {"label": label, "lm_eval": version("lm_eval"), "limit": ev.limit,
-           "num_fewshot": ev.num_fewshot, "seed": int(ev.seed), "batch_size": batch_size,
+    out = {"label": label, "lm_eval": version("lm_eval"), "limit": eval_cfg.limit,
+           "num_fewshot": eval_cfg.num_fewshot, "seed": int(eval_cfg.seed), "batch_size": batch_size,
            "max_length": int(max_length), "tasks": {}, "groups": {}}
     for on in (False, True):
         picked = [n for n in names if chat[n][0] == on]
@@ -105,11 +105,11 @@ def run_tasks(model, tokenizer, ev, *, label: str, batch_size: int, max_length: 
             continue
         objs = [o for n in picked for o in loaded[n]]
         res = simple_evaluate(
-            model=lm, tasks=objs, task_manager=tm, num_fewshot=ev.num_fewshot,
-            limit=_limit(ev.limit), log_samples=True, bootstrap_iters=int(ev.bootstrap),
-            apply_chat_template=on, fewshot_as_multiturn=on, random_seed=int(ev.seed),
-            numpy_random_seed=int(ev.seed), torch_random_seed=int(ev.seed),
-            fewshot_random_seed=int(ev.seed))
+            model=lm, tasks=objs, task_manager=tm, num_fewshot=eval_cfg.num_fewshot,
+            limit=_limit(eval_cfg.limit), log_samples=True, bootstrap_iters=int(eval_cfg.bootstrap),
+            apply_chat_template=on, fewshot_as_multiturn=on, random_seed=int(eval_cfg.seed),
+            numpy_random_seed=int(eval_cfg.seed), torch_random_seed=int(eval_cfg.seed),
+            fewshot_random_seed=int(eval_cfg.seed))
         why = {t.task_name: chat[n][1] for n in picked for t in _leaf_tasks(loaded[n])}
         collect(res, {t.task_name: t for t in _leaf_tasks(objs)}, on, why, out)
     return out
@@ -193,11 +193,11 @@ def _row(task: str, key: str, m: dict, version, n) -> dict:
             "higher_is_better": m.get("higher_is_better"), "n": n, "version": version}
 
 
-def _per_doc_row(row, b, t, hib: bool, ev) -> dict:
+def _per_doc_row(row, b, t, hib: bool, eval_cfg) -> dict:
     """Intervals from per-document values: paired when both models ran (aligned by doc_id)."""
     from mens.eval.stats import interval, paired
 
-    kw = {"confidence": float(ev.confidence), "reps": int(ev.bootstrap), "seed": int(ev.seed)}
+    kw = {"confidence": float(eval_cfg.confidence), "reps": int(eval_cfg.bootstrap), "seed": int(eval_cfg.seed)}
     if b is not None and t is not None:
         docs = sorted(set(b) & set(t), key=int)
         if len(docs) != len(b) or len(docs) != len(t):
@@ -222,7 +222,7 @@ def _aggregate_row(row, b, t, hib: bool) -> dict:
     return out
 
 
-def benchmark_rows(base: dict | None, tuned: dict | None, ev) -> list[dict]:
+def benchmark_rows(base: dict | None, tuned: dict | None, eval_cfg) -> list[dict]:
     """eval.json metric rows (group "benchmark") from run_tasks results of base and/or tuned.
     Metrics averaged over documents (acc, acc_norm, exact_match, …) get bootstrap intervals —
     paired over documents aligned by doc_id when both models ran; other aggregates (perplexity,
@@ -245,7 +245,7 @@ def benchmark_rows(base: dict | None, tuned: dict | None, ev) -> list[dict]:
                 docs = [x["per_doc"] if x and x.get("aggregation") == "mean" else None
                         for x in (b, t)]
                 if all(x is None or d is not None for x, d in zip((b, t), docs)):
-                    rows.append(_per_doc_row(row, docs[0], docs[1], hib, ev))
+                    rows.append(_per_doc_row(row, docs[0], docs[1], hib, eval_cfg))
                 else:
                     rows.append(_aggregate_row(row, b, t, hib))
     return rows

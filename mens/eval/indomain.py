@@ -161,6 +161,9 @@ def score_set(slots, base_slot, tuned_slot, recs: list[dict], check: str | None,
         prompts = [s.encode_chat(h) for h in heads]
         stats[f"prompts_cut_{m}"] = sum(room(s, p, eval_cfg.max_new_tokens) < eval_cfg.max_new_tokens
                                    for p in prompts)
+        print(f"mens eval: {spoke} · {m}: {len(prompts)} prompts × "
+              f"{(1 if greedy else 0) + k} answers of ≤ {eval_cfg.max_new_tokens} tokens",
+              file=sys.stderr, flush=True)
         if greedy:
             answers[m, "greedy"] = generate(s, slot, prompts, n=1, temperature=0.0, top_p=1.0,
                                             max_new=eval_cfg.max_new_tokens, seed=eval_cfg.seed,

@@ -109,6 +109,9 @@ def evaluate(cfg: DictConfig, out_dir: Path) -> dict:
     for p in planned["plans"].values():
         print(f"mens: eval plan: {p.line()}")
     models = [m for m in ev.models if run is not None or m == "base"]
+    if ev.tasks:   # unknown names and uncached data fail now, before any weights load
+        from mens.eval.tasks import load_tasks
+        load_tasks(list(ev.tasks), ev.include_path)
     slots, base, tuned = _load(run, spec)
     rows, items, judged = [], {}, None
     try:

@@ -144,6 +144,7 @@ def test_chat_template_forced_off(models, task_dir, capsys):
         capsys.readouterr().out
 
 
+@pytest.mark.slow   # builds lm-eval's index of ~15k bundled tasks (~20 s); test_run checks hellaswag offline
 def test_unknown_task_names_near_matches():
     from mens.eval.tasks import load_tasks
 
@@ -226,12 +227,29 @@ def _cli(merged: Path, task: str, task_dir: Path, out: Path, chat: bool) -> tupl
 
 
 @pytest.mark.slow   # two `lm-eval run` processes, each indexing lm-eval's bundled tasks
-def test_tuned_numbers_equal_lm_eval_cli_on_merged_model(tiny_run, results, task_dir, tmp_path):
+def test_tuned_numbers_equal_lm_eval_cli_on_merged_model(tiny_run, results, task_dir, tmp_path,
+                                                        mens_cli):
+    import shutil
+
     merged = _merged(tiny_run, tmp_path)
     tuned = results["tuned"]["tasks"]
+    # `mens eval` as users type it, on a copy of the run: its eval.json rows
+    run = shutil.copytree(tiny_run, tmp_path / "run")
+    p = mens_cli("mens.eval", f"run={run}", f"eval.include_path={task_dir}",
+                 f"eval.tasks=[{MC},{GEN}]", "eval.in_domain=false", "eval.collateral=false",
+                 "eval.batch_size=8", "eval.max_length=512", "logger=csv",
+                 env={"HF_HUB_OFFLINE": "1"})
+    assert p.returncode == 0, p.stderr[-3000:]
+    rows = {r["name"]: r for r in json.loads((run / "eval.json").read_text())["rows"]}
     for task, chat in ((MC, False), (GEN, True)):
         assert tuned[task]["chat_template"] is chat
         cli, samples = _cli(merged, task, task_dir, tmp_path / task, chat)
+        for key, m in tuned[task]["metrics"].items():
+            row = rows[f"{task}/{key}"]
+            assert row["tuned"]["value"] == cli[f"{key},none"], (task, key)   # the CLI's own
+            lo, hi = row["tuned"]["ci"]
+            assert lo <= row["tuned"]["value"] <= hi and row["n"] == len(samples)
+            assert row["base"]["ci"] and row["gain"]["ci"]                  # both, paired
         for key, m in tuned[task]["metrics"].items():
             assert m["value"] == cli[f"{key},none"], (task, key)          # exact, as lm-eval's
             assert m["stderr"] == pytest.approx(cli[f"{key}_stderr,none"], abs=1e-9)

@@ -62,3 +62,44 @@ def test_what_it_refuses(mens_cli, tmp_path):
     assert p.returncode == 2 and "eval.k" in p.stderr
     p = mens_cli("mens.eval", "gate.metric=pass@3")
     assert p.returncode == 2 and "gate.metric" in p.stderr
+    # offline, a task whose data is not cached: one paragraph naming the dataset, before weights
+    p = mens_cli("mens.eval", "+hw=cpu", "eval.tasks=[hellaswag]", "logger=csv",
+                 env={"HF_HUB_OFFLINE": "1"})
+    assert p.returncode == 2 and "Traceback" not in p.stderr, p.stderr[-2000:]
+    [line] = [x for x in p.stderr.splitlines() if x.startswith("mens: error (exit 2)")]
+    assert "`Rowan/hellaswag`" in line and "datasets.load_dataset('Rowan/hellaswag')" in line
+
+
+def test_the_judge_through_mens_eval(mens_cli, tmp_path, tiny_run):
+    """`mens eval … eval.judge=teacher teacher=endpoint …` against a scripted OpenAI-compatible
+    server on 127.0.0.1 (tests/teacher_server.py, a real HTTP server standing in for a paid
+    judge): each held-out prompt is asked in both orders; a judge that always names the first
+    answer ties everything (position bias cancelled); the key comes from the environment only."""
+    import secrets
+
+    from teacher_server import replay_server
+
+    run = shutil.copytree(tiny_run, tmp_path / "run")
+    key = "sk-test-" + secrets.token_hex(8)
+    reply = {"json": {"winner": "A", "reason": "the first answer is clearer"},
+             "usage": {"prompt_tokens": 120, "completion_tokens": 12}}
+    with replay_server([{"model": "judge", "replies": [reply]}], api_key=key) as srv:
+        p = mens_cli("mens.eval", f"run={run}", "eval.max_prompts=2", "eval.k=1",
+                     "eval.max_new_tokens=8", "eval.collateral=false", "eval.judge=teacher",
+                     "eval.judge_prompts=2", "teacher=endpoint", f"teacher.base_url={srv.base_url}",
+                     "teacher.model=judge", "teacher.api_key_env=MENS_JUDGE_KEY", "logger=csv",
+                     env={"MENS_JUDGE_KEY": key, "OMP_NUM_THREADS": "1"})
+        assert p.returncode == 0, p.stderr[-3000:]
+        bodies = [r["body"] for r in srv.requests]
+    ev = json.loads((run / "eval.json").read_text())
+    [row] = [r for r in ev["rows"] if r["group"] == "judge"]
+    assert len(bodies) == 4 and row["n"] == 2 and row["counts"]["tie"] == 2
+    assert row["tuned"]["value"] == 0.5 and row["gain"]["ci"] == [0.0, 0.0]
+    items = ev["items"]["in_domain/vox_lang"]
+    shown = [b["messages"][-1]["content"] for b in bodies]
+    for it in items:    # each prompt's two answers, each shown first once
+        a, t = it["base"]["greedy"]["text"], it["tuned"]["greedy"]["text"]
+        assert any(f"<answer_a>{a}</answer_a>" in s for s in shown)
+        assert any(f"<answer_a>{t}</answer_a>" in s for s in shown)
+    assert all("mens_judgement" == b["response_format"]["json_schema"]["name"] for b in bodies)
+    assert key not in (run / "eval.json").read_text() and ev["judge"]["stats"]
