@@ -444,7 +444,7 @@ class GateConfig:
     """`mens gate run=DIR` (mens.gate): reads `mens eval`'s results (running what is missing) and
     passes when the in-domain gain is significant and nothing else regresses with confidence."""
     metric: str = AUTO               # in-domain gain on: auto (pass@1 with an oracle, else loss) | pass@1 | pass@k | loss
-    min_gain: float = 0.0            # the gain's interval must lie above this (points of rate; loss: fraction)
+    min_gain: float = 0.005          # the gain's interval must lie above this (a fraction: 0.5 points of a rate, 0.5 % of the loss)
     max_regression: float = 0.05     # a collateral metric confidently losing more than this fails
     guard_tasks: List[str] = field(default_factory=list)   # lm-eval tasks guarded for regression
     max_prompts: int = 64            # held-out prompts per spoke

@@ -250,7 +250,7 @@ RANGES: dict[str, Range] = {
                                  note="the most a collateral metric may confidently lose (a "
                                       "fraction)"),
     "eval.max_prompts": _count("held-out prompts per spoke", "64"),
-    "eval.k": _count("samples per prompt for pass@k", "4"),
+    "eval.k": _nonneg("samples per prompt for pass@k; 0: a greedy answer only", "4"),
     "eval.temperature": _nonneg("the sampling temperature of the k samples", "0.8"),
     "eval.top_p": Range(lo=0, hi=1, lo_open=True, example="0.95", note="nucleus sampling's mass"),
     "eval.max_new_tokens": _count("tokens per answer", "256"),

@@ -90,18 +90,30 @@ def ensure_eval(run: Path, cfg: DictConfig, sha: str | None) -> dict:
     return read(run)
 
 
-def pick_metric(rows: list[dict], asked: str) -> str:
+def pick_metric(rows: list[dict], asked: str) -> tuple[str, str | None]:
+    """(the in-domain metric gated, why auto chose it). auto: pass@1 when the spoke has an
+    oracle and it separates anything — some answer of either model passes; at the floor (no
+    answer of either passes) pass@1 is 0 − 0 whatever the adapter learned, so the held-out loss
+    is the in-domain signal, and the receipt says so."""
     if asked != "auto":
-        return asked
-    return "pass@1" if any(r["group"] == "in_domain" and r["metric"] == "pass@1"
-                           for r in rows) else "loss"
+        return asked, None
+    p1 = next((r for r in rows if r["group"] == "in_domain" and r["metric"] == "pass@1"), None)
+    if p1 is None:
+        return "loss", "auto: the spoke has no oracle (or eval.k=0): gated on the held-out loss"
+    if p1.get("base", {}).get("value") == 0 and p1.get("tuned", {}).get("value") == 0:
+        return "loss", (f"auto: pass@1 is at its floor — no answer of either model passes "
+                        f"`{p1.get('check')}` over {p1['n']} prompts — so it cannot show a gain; "
+                        f"gated on the held-out loss")
+    return "pass@1", None
 
 
 def judge(result: dict, g) -> tuple[str, list[str], dict | None, list[dict], str]:
     """(verdict, reasons, the in-domain row, the guard rows, the metric gated)."""
     rows = result["rows"]
     conf = (result.get("spec") or {}).get("confidence", 0.95)
-    metric = pick_metric(rows, g.metric)
+    metric, why_metric = pick_metric(rows, g.metric)
+    if why_metric:
+        print(f"mens gate: {why_metric}")
     if metric == "pass@k":
         metric = f"pass@{(result.get('spec') or {}).get('k')}"
     reasons = []
@@ -118,8 +130,9 @@ def judge(result: dict, g) -> tuple[str, list[str], dict | None, list[dict], str
                        f"`{own.get('check')}` could not judge here; unverified is not passed")
     elif not significant(own["gain"], g.min_gain):
         lo, hi = own["gain"]["ci"]
+        what = "a confident loss" if hi < 0 else "not significant"
         reasons.append(f"in-domain {own['spoke']} {metric}: gain {_pts(own['gain']['value'])} is "
-                       f"not significant: its {conf:.0%} interval [{_pts(lo)}, {_pts(hi)}] over "
+                       f"{what}: its {conf:.0%} interval [{_pts(lo)}, {_pts(hi)}] over "
                        f"{own['n']} prompts does not lie above gate.min_gain={g.min_gain:g}")
     guards = [r for r in rows if r["group"] == "collateral"
               or (r["group"] == "benchmark" and r.get("task") in set(g.guard_tasks))]
@@ -132,7 +145,7 @@ def judge(result: dict, g) -> tuple[str, list[str], dict | None, list[dict], str
                            f"than gate.max_regression={g.max_regression:g} with confidence")
     missing = set(g.guard_tasks) - {r.get("task") for r in guards}
     reasons += [f"guard task {t}: no result in eval.json" for t in sorted(missing)]
-    return ("fail" if reasons else "pass"), reasons, own, guards, metric
+    return ("fail" if reasons else "pass"), reasons, own, guards, metric, why_metric
 
 
 def _pts(x: float) -> str:
@@ -154,7 +167,7 @@ def gate_run(run: Path | str, cfg: DictConfig, corpora: Path | str = CORPORA) ->
                           key="run")
     started = time.time()
     result = ensure_eval(run, cfg, sha)
-    verdict, reasons, own, guards, metric = judge(result, cfg.gate)
+    verdict, reasons, own, guards, metric, why_metric = judge(result, cfg.gate)
     spec = OmegaConf.load(rd.spec)
     raw = (run / "eval.json").read_bytes()
     receipt = {
@@ -162,7 +175,7 @@ def gate_run(run: Path | str, cfg: DictConfig, corpora: Path | str = CORPORA) ->
         "spoke": result["spoke"], "lane": spec.lane.kind, "artifact_sha256": sha,
         "verdict": verdict, "reasons": reasons,
         "thresholds": OmegaConf.to_container(cfg.gate, resolve=True),
-        "metric": metric, "in_domain": own, "guards": guards,
+        "metric": metric, "metric_why": why_metric, "in_domain": own, "guards": guards,
         "eval": {"path": "eval.json", "sha256": hashlib.sha256(raw).hexdigest(),
                  "spec": result.get("spec"), "created": result.get("created"),
                  "task_versions": {r["task"]: r.get("version") for r in result["rows"]

@@ -295,6 +295,13 @@ def shell_pure(rec: dict) -> list[str]:
     return empty("bash", found) if found else ["no ```bash block in the answer"]
 
 
+# The checks that read only what assistant turns write (fenced blocks, tool calls; the system
+# prompt for declared tools): judging a model's answer to a multi-turn prompt, an evaluation
+# gives them that answer alone, since the earlier assistant turns are the data's and their blocks
+# would count for the model (mens.eval.indomain). The others read the whole exchange.
+PER_ANSWER = frozenset({"vox_parses", "python_parses", "tool_call_schema", "skill_frontmatter",
+                        "rust_compiles", "shell_syntax"})
+
 CHECKS: dict[str, Callable[[dict], list[str]]] = {
     "vox_parses": vox_parses, "python_parses": python_parses,
     "tool_call_schema": tool_call_schema, "transcript_structure": transcript_structure,

@@ -58,7 +58,7 @@ def test_a_base_alone(mens_cli, tmp_path):
 def test_what_it_refuses(mens_cli, tmp_path):
     p = mens_cli("mens.eval", f"run={tmp_path}")
     assert p.returncode == 2 and "not a finished training run" in p.stderr
-    p = mens_cli("mens.eval", "eval.k=0", "+hw=cpu", f"run={tmp_path}")
+    p = mens_cli("mens.eval", "eval.k=-1", "+hw=cpu", f"run={tmp_path}")
     assert p.returncode == 2 and "eval.k" in p.stderr
     p = mens_cli("mens.eval", "gate.metric=pass@3")
     assert p.returncode == 2 and "gate.metric" in p.stderr

@@ -23,7 +23,7 @@ def result(rows):
 
 def test_a_clear_gain_passes_and_noise_is_not_significant():
     clear = row("in_domain", "vox_lang/pass@1", "pass@1", [0] * 30 + [1] * 10, [1] * 30 + [0] * 10)
-    verdict, reasons, own, _, metric = judge(result([clear]), G)
+    verdict, reasons, own, _, metric, _ = judge(result([clear]), G)
     assert metric == "pass@1" and own is clear
     assert reasons == ["guard task arc_easy: no result in eval.json"]   # the only one
     noisy = row("in_domain", "vox_lang/pass@1", "pass@1", [0, 1] * 20, [1, 0] * 19 + [1, 1])
@@ -57,5 +57,23 @@ def test_an_unverified_oracle_is_not_passed_and_guard_tasks_must_be_measured():
 def test_without_an_oracle_auto_gates_the_loss():
     loss = {**row("in_domain", "file:mine/loss", "loss", [2.0] * 10, [1.5] * 10),
             "higher_is_better": False}
-    _, _, own, _, metric = judge(result([loss]), SimpleNamespace(**{**vars(G), "guard_tasks": []}))
+    _, _, own, _, metric, why = judge(result([loss]), SimpleNamespace(**{**vars(G), "guard_tasks": []}))
     assert metric == "loss" and own is loss
+    assert "no oracle" in why
+
+
+def test_at_the_floor_auto_gates_the_loss_and_says_why():
+    """A model too weak for the oracle (no answer of either model passes: 0 − 0) cannot show a
+    gain in pass@1 whatever it learned: auto gates the held-out loss, and says so."""
+    g = SimpleNamespace(**{**vars(G), "guard_tasks": []})
+    floor = {**row("in_domain", "vox_lang/pass@1", "pass@1", [0] * 40, [0] * 40),
+             "check": "vox_parses"}
+    loss = {**row("in_domain", "vox_lang/loss", "loss", [2.0] * 40, [1.9] * 40),
+            "higher_is_better": False}
+    verdict, reasons, own, _, metric, why = judge(result([floor, loss]), g)
+    assert metric == "loss" and own is loss and "floor" in why and "vox_parses" in why
+    some = {**row("in_domain", "vox_lang/pass@1", "pass@1", [0] * 39 + [1], [0] * 40),
+            "check": "vox_parses"}
+    verdict, reasons, own, _, metric, why = judge(result([some, loss]), g)
+    assert metric == "pass@1" and why is None and verdict == "fail"
+    assert "a confident loss" in reasons[0] or "not significant" in reasons[0]
