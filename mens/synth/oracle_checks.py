@@ -302,6 +302,11 @@ def shell_pure(rec: dict) -> list[str]:
 PER_ANSWER = frozenset({"vox_parses", "python_parses", "tool_call_schema", "skill_frontmatter",
                         "rust_compiles", "shell_syntax"})
 
+# Checks that need the earlier turns as context but must credit only the model's own answer: in an
+# evaluation the earlier assistant turns become user turns — input, whose messages still count as
+# earlier (reply_to may name them) — so the data's own messages no longer pass for the model.
+CONTEXT_AS_INPUT = frozenset({"mesh_messages"})
+
 CHECKS: dict[str, Callable[[dict], list[str]]] = {
     "vox_parses": vox_parses, "python_parses": python_parses,
     "tool_call_schema": tool_call_schema, "transcript_structure": transcript_structure,

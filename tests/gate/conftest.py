@@ -1,8 +1,11 @@
 """Gated tiny runs shared by the gate and promotion tests (each trained and gated once).
 
-Fast tests gate the shared 10-step run on its held-out loss with a few prompts (FAST_GATE); the
-slow acceptance tests use the gate's defaults (every held-out prompt up to 64, k = 4, 256 tokens,
-pass@1 by the oracle, every other spoke guarded) on adapters trained for the purpose."""
+Fast tests gate the shared 10-step run on its held-out loss with a few prompts (FAST_GATE). The
+slow acceptance tests use the gate's defaults — every held-out prompt up to 64, k = 4, gate.metric
+auto, min_gain, max_regression, every other spoke guarded — on adapters trained for the purpose,
+with one exception for CPU time: answers of 64 tokens, not 256 (DEFAULT_GATE). The tiny rung
+never writes valid Vox (pass@1 measured 0/200 for base and tuned at 256 tokens), so auto gates
+its held-out loss at any answer length; the verdicts stand on the loss and the guards."""
 from __future__ import annotations
 
 import shutil
@@ -13,9 +16,13 @@ from conftest import FAST_TRAIN
 
 FAST_GATE = ["logger=csv", "gate.metric=loss", "gate.max_prompts=4", "gate.k=1",
              "gate.max_new_tokens=16"]
-# the well-trained vox_lang adapter of the acceptance: one epoch (34 steps) at the rung's rate
+DEFAULT_GATE = ["logger=csv", "gate.max_new_tokens=64"]
+# the well-trained vox_lang adapter of the acceptance: one epoch (34 steps) at lr 1e-3 — measured
+# vox_lang loss −4.9 % [−5.9, −4.1], every other spoke within 2.6 % (at the rung's 3e-3 two
+# spokes lose 6–7 % with confidence and the gate refuses it)
 WELL_TRAINED = ["+hw=cpu", "logger=csv", "train.seq_len=256", "train.global_batch=8",
-                "train.micro_batch=8", "curriculum=flat", "train.eval_max_records=6"]
+                "train.micro_batch=8", "curriculum=flat", "train.eval_max_records=6",
+                "lane.optimizer.lr=1e-3"]
 
 
 def run_copy(run, dest):
@@ -52,9 +59,9 @@ def good_run(tiny_run, tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def well_trained(tmp_path_factory):
-    """One epoch of vox_lang at the tiny rung's rate, under the default gate: it passes."""
+    """One epoch of vox_lang at lr 1e-3, under the default gate: it passes."""
     run = trained(tmp_path_factory.mktemp("gate") / "well", *WELL_TRAINED)
-    return run, gate(run, "logger=csv")
+    return run, gate(run, *DEFAULT_GATE)
 
 
 @pytest.fixture(scope="session")
@@ -63,11 +70,15 @@ def hurt_run(tmp_path_factory):
     loss rises by tens of percent. Under the default gate: it fails."""
     run = trained(tmp_path_factory.mktemp("gate") / "hurt", *FAST_TRAIN, "train.max_steps=10",
                   "lane.optimizer.lr=3e-2")
-    return run, gate(run, "logger=csv")
+    return run, gate(run, *DEFAULT_GATE)
 
 
 @pytest.fixture(scope="session")
 def two_step_run(tmp_path_factory):
-    """Two optimizer steps: whatever moved is within noise. Under the default gate: fails."""
-    run = trained(tmp_path_factory.mktemp("gate") / "two", *WELL_TRAINED, "train.max_steps=2")
-    return run, gate(run, "logger=csv")
+    """Two optimizer steps at lr 1e-4: the loss moves by ~0.1 % (measured +0.1 % [+0.1, +0.1]:
+    consistent, and far below gate.min_gain). Under the default gate's in-domain rule: fails,
+    not significant (the guards of other spokes are left out: they cannot change that verdict,
+    and they are the gate's costliest part on CPU — the two tests above run them)."""
+    run = trained(tmp_path_factory.mktemp("gate") / "two", *WELL_TRAINED, "train.max_steps=2",
+                  "lane.optimizer.lr=1e-4")
+    return run, gate(run, *DEFAULT_GATE, "gate.collateral=false")

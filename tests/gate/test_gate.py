@@ -58,9 +58,12 @@ def test_a_well_trained_adapter_passes_the_default_gate(well_trained):
     run, receipt = well_trained
     assert receipt["verdict"] == "pass", receipt["reasons"]
     own = receipt["in_domain"]
-    assert receipt["metric"] == "pass@1" and own["n"] >= 32 and own["gain"]["ci"][0] > 0
+    # the tiny rung's pass@1 is at its floor: auto gates the loss and says why
+    assert receipt["metric"] == "loss" and "floor" in receipt["metric_why"]
+    assert own["n"] == 40 and own["gain"]["ci"][0] > receipt["thresholds"]["min_gain"]
     assert receipt["eval"]["spec"]["k"] == 4 and receipt["eval"]["spec"]["max_prompts"] == 64
     assert len(receipt["guards"]) == 2 * (len(spokes()) - 1)
+    print(f"\nwell-trained: vox_lang loss gain {own['gain']['value']:+.4f} {own['gain']['ci']}")
 
 
 @pytest.mark.slow
@@ -69,8 +72,8 @@ def test_a_gain_within_noise_fails_as_not_significant(two_step_run):
     assert receipt["verdict"] == "fail"
     lo, hi = receipt["in_domain"]["gain"]["ci"]
     why = receipt["reasons"][0]
-    assert why.startswith("in-domain vox_lang pass@1: gain") and "not significant" in why
-    assert f"[{lo:+.3f}, {hi:+.3f}]" in why and lo <= 0
+    assert why.startswith("in-domain vox_lang loss: gain") and "not significant" in why
+    assert f"[{lo:+.3f}, {hi:+.3f}]" in why and lo <= 0.005 and "gate.min_gain=0.005" in why
     assert not promotable(run)[0]
 
 
