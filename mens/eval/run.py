@@ -138,7 +138,7 @@ def evaluate(cfg: DictConfig, out_dir: Path) -> dict:
             items = {k: [{f: v for f, v in it.items() if f != "tuned"} for it in its]
                      for k, its in items.items()}
         if ev.judge == "teacher" and tuned is not None and "tuned" in models:
-            judged = _judge(cfg, items, sets, spec)
+            judged = _judge(cfg, items, sets, (slots, base, tuned), gen_batch)
             rows += judged["rows"]
     finally:
         slots.close()
@@ -188,7 +188,10 @@ def _benchmarks(slots, base, tuned, ev, spec, batch: int, models: list[str]) -> 
     return benchmark_rows(res.get("base"), res.get("tuned"), ev)
 
 
-def _judge(cfg, items: dict, sets, spec) -> dict:
+def _judge(cfg, items: dict, sets, models, batch: int) -> dict:
+    """The judge on the in-domain prompts' greedy answers (generated here when the set had no
+    oracle, so none were made)."""
+    from mens.eval.indomain import generate
     from mens.eval.judge import judge
     from mens.synth.teacher import Teacher
 
@@ -199,9 +202,18 @@ def _judge(cfg, items: dict, sets, spec) -> dict:
     recs = next(r for role, _, _, r in sets if role == "in_domain")
     chosen = items[key][:int(cfg.eval.judge_prompts)]
     prompts = [_prompt(r["messages"]) for r in recs[:len(chosen)]]
-    return judge(Teacher.from_config(cfg.teacher), prompts,
-                 [it["base"]["greedy"]["text"] for it in chosen],
-                 [it["tuned"]["greedy"]["text"] for it in chosen], cfg.eval)
+    slots, base, tuned = models
+    answers = {}
+    for label, slot in (("base", base), ("tuned", tuned)):
+        if all("greedy" in it.get(label, {}) for it in chosen):
+            answers[label] = [it[label]["greedy"]["text"] for it in chosen]
+        else:
+            ids = [slots.encode_chat(p) for p in prompts]
+            answers[label] = [a[0] for a in generate(
+                slots, slot, ids, n=1, temperature=0.0, top_p=1.0,
+                max_new=cfg.eval.max_new_tokens, seed=cfg.eval.seed, batch_size=batch)]
+    return judge(Teacher.from_config(cfg.teacher), prompts, answers["base"], answers["tuned"],
+                 cfg.eval)
 
 
 def _prompt(msgs: list[dict]) -> list[dict]:
