@@ -435,7 +435,7 @@ class EvalConfig:
     confidence: float = 0.95         # of every interval
     bootstrap: int = 2000            # resamples of the items (paired between base and tuned)
     seed: int = 0
-    models: List[str] = field(default_factory=lambda: ["base", "tuned"])   # base | tuned | merged
+    models: List[str] = field(default_factory=lambda: ["base", "tuned"])   # base | tuned (the adapter through PEFT)
     out: Optional[str] = None        # null: the run dir (or this command's own dir for a base)
 
 

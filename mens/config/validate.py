@@ -349,7 +349,7 @@ CHOICES = {
     "gate.metric": [AUTO, "pass@1", "pass@k", "loss"],
     "eval.judge": ["teacher"],
     "eval.chat_template": [AUTO, True, False],
-    "eval.models[]": ["base", "tuned", "merged"],
+    "eval.models[]": ["base", "tuned"],
     "hw.backend": ["auto", "cuda", "mps", "cpu"],
     "hw.strategy": ["auto", "single", "ddp", "fsdp2"],
     "hw.lightning.precision": ["32-true", "bf16-mixed", "bf16-true", "16-mixed"],
