@@ -238,9 +238,10 @@ def write(dest: Path, result: dict, items: dict) -> None:
 
 
 def read(run: Path | str) -> dict | None:
-    """A run dir's eval.json, or None when it was never evaluated."""
-    path = Path(run) / EVAL_JSON
-    return json.loads(path.read_text()) if path.is_file() else None
+    """A run dir's eval.json, or None when it was never evaluated (one reader: a file that is
+    not a mens eval.json is a ConfigError naming it — mens.compare.evals.read_eval)."""
+    from mens.compare.evals import read_eval
+    return read_eval(run)
 
 
 def _log_wandb(cfg, run: Path | None, dest: Path, result: dict) -> None:
