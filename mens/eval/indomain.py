@@ -176,7 +176,7 @@ def score_set(slots, base_slot, tuned_slot, recs: list[dict], check: str | None,
     # --- every answer judged in ONE oracle batch (one child process for the set)
     keys = [(m, kind, i, j) for (m, kind), per in answers.items()
             for i, texts in enumerate(per) for j in range(len(texts))]
-    verdicts = judge_batch(check, [_oracle_record(recs[i], heads[i], answers[m, kind][i][j], check)
+    verdicts = judge_batch(check, [oracle_record(recs[i], heads[i], answers[m, kind][i][j], check)
                                    for m, kind, i, j in keys], **(oracle or {}))
     judged: dict[tuple[str, str], list[list]] = {key: [[] for _ in recs] for key in answers}
     for (m, kind, i, j), v in zip(keys, verdicts):
@@ -225,7 +225,7 @@ def _last_user(rec: dict) -> tuple[int, str]:
     return i, msgs[i]["content"]
 
 
-def _oracle_record(rec: dict, head: list[dict], text: str, check: str) -> dict:
+def oracle_record(rec: dict, head: list[dict], text: str, check: str) -> dict:
     """The record with the model's answer as its assistant turn (what the oracle judges). A
     check of answers alone (oracle_checks.PER_ANSWER) sees the system prompt, the last user turn
     and this answer: the earlier assistant turns of a multi-turn prompt are the data's, and their

@@ -168,3 +168,32 @@ def test_unverified_verdicts_are_counted_never_passed(loaded):
     assert [r["name"] for r in score_set(slots, base, tuned, recs[:2], None, spec, ev,
                                          role="spoke", spoke="vox_lang",
                                          batch_size=4)["rows"]] == ["vox_lang/loss"]
+
+
+def test_the_oracle_credits_only_the_models_own_answer():
+    """A multi-turn held-out prompt carries the data's earlier assistant turns: their valid code
+    or messages must not pass for the model (seen: 6 of the tiny base's 40 vox_lang "passes"
+    were an earlier turn's code; the base's populi_mesh greedy rate was 52 % on the data's
+    messages)."""
+    from mens.eval.indomain import oracle_record
+    from mens.synth.oracle import judge_batch
+
+    vox = {"id": "r", "messages": [
+        {"role": "system", "content": "Write Vox."}, {"role": "user", "content": "print 1"},
+        {"role": "assistant", "content": "```vox\nprint(1);\n```"},
+        {"role": "user", "content": "now print 2"}]}
+    head = vox["messages"]
+    bad, good = oracle_record(vox, head, "no code here", "vox_parses"), \
+        oracle_record(vox, head, "```vox\nprint(2);\n```", "vox_parses")
+    assert [m["role"] for m in bad["messages"]] == ["system", "user", "assistant"]
+    assert [v.passed for v in judge_batch("vox_parses", [bad, good])] == [False, True]
+    msg = '```json\n{"id": "m1", "sender": "a", "recipients": ["b"], "reply_to": null}\n```'
+    mesh = {"id": "m", "messages": [{"role": "user", "content": "start"},
+                                    {"role": "assistant", "content": msg},
+                                    {"role": "user", "content": "reply to it"}]}
+    silent = oracle_record(mesh, mesh["messages"], "ok", "mesh_messages")
+    reply = oracle_record(mesh, mesh["messages"], msg.replace('"m1"', '"m2"', 1).replace(
+        '"reply_to": null', '"reply_to": "m1"'), "mesh_messages")
+    v = judge_batch("mesh_messages", [silent, reply])
+    assert v[0].passed is False and "no ```json message" in v[0].diagnostics
+    assert v[1].passed is True, v[1].diagnostics
