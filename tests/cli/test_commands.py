@@ -22,7 +22,7 @@ SHAPES = [["train"], ["plan"], ["export"], ["serve"], ["serve", "promote", "vox_
           ["serve", "rollback", "vox_lang"], ["serve", "aliases"], ["compare"], ["calibrate"],
           ["fit"], ["data", "inspect"], ["data", "tree", "expand"], ["data", "synth"],
           ["data", "curate", "list"], ["demo"], ["cloud", "estimate"], ["cloud", "launch"],
-          ["cloud", "catalog", "refresh"], ["recommend"], ["ladder"], ["gate"], ["afk"],
+          ["cloud", "catalog", "refresh"], ["recommend"], ["ladder"], ["eval"], ["gate"], ["afk"],
           ["afk", "status"], ["afk", "pause"], ["afk", "abort"], ["studio"]]
 
 
