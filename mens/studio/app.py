@@ -128,7 +128,7 @@ def build_app(cfg: DictConfig, host: str, port: int, token: str | None = None):
         atomic_write(path, recipe_yaml(name, over))
         return {"path": str(path), "use": f"python -m mens +recipe={name}"}
 
-    add_jobs(app, root, procs)
+    add_jobs(app, root, procs, gate_overrides(cfg.gate))
 
     add_hubs(app, cfg, root)
     add_data(app, cfg, Path(st.datasets).resolve())
@@ -200,3 +200,20 @@ def recipe_yaml(name: str, overrides: list[str]) -> str:
     head = (f"# @package _global_\n# saved by mens studio: python -m mens +recipe={name}\n")
     body = {"defaults": defaults, **knobs} if defaults else knobs
     return head + yaml.safe_dump(body, sort_keys=False)
+
+
+def gate_overrides(gate) -> list[str]:
+    """The studio's own `gate.*` settings that differ from the defaults, as overrides for the
+    gates it launches (`mens studio gate.max_prompts=16` gates on 16 prompts per spoke)."""
+    from omegaconf import OmegaConf
+
+    from mens.config.schema import GateConfig
+
+    default = OmegaConf.to_container(OmegaConf.structured(GateConfig))
+    out = []
+    for key, value in OmegaConf.to_container(gate).items():
+        if value != default.get(key):
+            shown = f"[{','.join(map(str, value))}]" if isinstance(value, list) else value
+            out.append(f"gate.{key}={shown}")
+    return out
+

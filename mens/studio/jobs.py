@@ -55,7 +55,7 @@ def training(run: Path, child: dict | None) -> bool:
                                for r in last(RunDir(run).telemetry))
 
 
-def add_jobs(app, root: Path, procs) -> None:
+def add_jobs(app, root: Path, procs, gate_args: list[str] = ()) -> None:
     @app.post("/api/jobs")
     async def launch(request: Request):
         over = check_overrides((await body(request)).get("overrides", []))
@@ -96,7 +96,8 @@ def add_jobs(app, root: Path, procs) -> None:
         elif action == "gate":
             if procs.alive(f"gate:{run}"):
                 raise Refused(409, "its gate is running")
-            procs.spawn("gate", ["-m", "mens.gate", f"run={run}"], run, key=f"gate:{run}")
+            procs.spawn("gate", ["-m", "mens.gate", f"run={run}", *gate_args], run,
+                        key=f"gate:{run}")
         else:
             raise Refused(400, "action: checkpoint | pause | abort | resume | gate")
         return {"id": rel(root, run), "action": action}

@@ -83,7 +83,8 @@ def test_round_trip_in_the_browser(studio, browser, tmp_path):
     direct = httpx.post(serve_url + "/admin/promote", json={"spoke": "vox_lang", "slot": slot})
     assert direct.status_code == 409, direct.text
 
-    # the page's own gate button: the default thresholds, which this run passes
+    # the page's own gate button: the default thresholds (on the studio's own gate.* sizes:
+    # see conftest), which this run passes
     page.click("#tab-jobs")
     page.locator(f'tr[data-run="{run_id}"] button', has_text="gate").click()
     wait(lambda: json.loads((run / "gate.json").read_text()).get("verdict") == "pass", 300,
