@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import shutil
 
+import pytest
+
 from wandb_util import wandb_run
 
 SMALL = ["eval.max_prompts=3", "eval.k=2", "eval.max_new_tokens=16", "eval.collateral=false"]
@@ -70,6 +72,7 @@ def test_what_it_refuses(mens_cli, tmp_path):
     assert "`Rowan/hellaswag`" in line and "datasets.load_dataset('Rowan/hellaswag')" in line
 
 
+@pytest.mark.slow   # ~55 s (a tiny eval + four judge calls); tests/eval/test_judge.py is the fast one
 def test_the_judge_through_mens_eval(mens_cli, tmp_path, tiny_run):
     """`mens eval … eval.judge=teacher teacher=endpoint …` against a scripted OpenAI-compatible
     server on 127.0.0.1 (tests/teacher_server.py, a real HTTP server standing in for a paid
