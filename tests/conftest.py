@@ -44,9 +44,7 @@ def mens_cli(tmp_path):
     return run
 
 
-# The fast CPU shape every real training in the suite uses (one list: tests import it from here).
-FAST_TRAIN = ["+hw=cpu", "logger=csv", "train.seq_len=256", "train.global_batch=4",
-              "train.micro_batch=4", "curriculum=flat", "train.eval_max_records=6"]
+from train_util import FAST_TRAIN  # noqa: E402  (the shape every real training here uses)
 
 
 @pytest.fixture(scope="session")

@@ -10,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-from conftest import FAST_TRAIN
+from train_util import FAST_TRAIN
 from mens.run.rundir import RunDir
 from mens.run.telemetry import read
 

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from conftest import FAST_TRAIN
+from train_util import FAST_TRAIN
 from serve_util import adapter_copy
 from wandb_util import wandb_run
 

@@ -77,7 +77,7 @@ def test_killed_synthesis_resumes_to_the_same_records(key, tmp_path):
         len(read_jsonl(whole / "pairs.jsonl")) == 6
 
 
-# the root conftest's FAST_TRAIN, shortened to 2 optimizer steps (tests/conftest.py)
+# FAST_TRAIN (tests/train_util.py), shortened to 2 optimizer steps
 TRAIN = ["+hw=cpu", "logger=csv", "train.seq_len=256", "train.global_batch=2",
          "train.micro_batch=2", "curriculum=flat", "train.eval_max_records=2",
          "train.max_steps=2", "data=file", "data.collateral=none"]

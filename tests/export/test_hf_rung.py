@@ -9,7 +9,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import FAST_TRAIN
+from train_util import FAST_TRAIN
 from families_util import make_model, make_tokenizer
 from userdata import chat_records, write_jsonl
 

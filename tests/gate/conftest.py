@@ -12,7 +12,7 @@ import shutil
 
 import pytest
 
-from conftest import FAST_TRAIN
+from train_util import FAST_TRAIN
 
 FAST_GATE = ["logger=csv", "gate.metric=loss", "gate.max_prompts=4", "gate.k=1",
              "gate.max_new_tokens=16"]

@@ -266,7 +266,7 @@ def test_a_run_downloads_after_the_plan_and_records_the_commit(hub, tmp_path):
     the weights after it fits; the commit lands in spec.yaml and the first telemetry row; the
     adapter names the base by hub id and commit; a second run fetches nothing."""
     import yaml
-    from conftest import FAST_TRAIN
+    from train_util import FAST_TRAIN
 
     from mens.config.compose import compose
     from mens.plan.output import plan_run

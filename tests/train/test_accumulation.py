@@ -14,7 +14,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from conftest import FAST_TRAIN
+from train_util import FAST_TRAIN
 from mens.train.datamodule import Position, SkipBatches, supervised_tokens
 from mens.run.telemetry import read
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import FAST_TRAIN
+from train_util import FAST_TRAIN
 from mens.run.telemetry import read
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from conftest import FAST_TRAIN
+from train_util import FAST_TRAIN
 
 
 def test_the_model_can_be_built_inside_configure_model(compile_run, tmp_path):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import yaml
 
-from conftest import FAST_TRAIN
+from train_util import FAST_TRAIN
 from mens.run.telemetry import problems, read
 
 # what every run logs per optimizer step (names of mens.train.trainer.METRICS)

@@ -5,7 +5,7 @@ same losses step by step — and the plan says it used their analytic terms, unc
 from __future__ import annotations
 
 import pytest
-from conftest import FAST_TRAIN
+from train_util import FAST_TRAIN
 
 CLASSIC = ["train.attention=block_mask", "train.loss=full_logits", "train.heap=default"]
 

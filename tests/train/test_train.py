@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import FAST_TRAIN
+from train_util import FAST_TRAIN
 from mens.run.telemetry import read
 
 FAST = FAST_TRAIN

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import FAST_TRAIN
+from train_util import FAST_TRAIN
 from wandb_util import wandb_groups, wandb_run
 from mens.resources import CORPORA
 from mens.run.telemetry import read

@@ -8,7 +8,7 @@ import math
 
 import pytest
 import yaml
-from conftest import FAST_TRAIN
+from train_util import FAST_TRAIN
 from userdata import (alpaca_records, chat_records, preference_records, sharegpt_records,
                       write_json, write_jsonl, write_parquet)
 
