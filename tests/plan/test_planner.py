@@ -53,21 +53,36 @@ def test_refusal_names_checkpointing_and_memory(compile_run):
                         for w in more), p.ways_out
 
 
+@pytest.fixture(scope="module")
+def rung_lane_cfgs():
+    """Each rung × lane composed once (on +hw=cpu); each test below swaps in one hw's composed
+    section — hw options set `hw.*` only (no @package, no defaults), so the result is the config
+    `+hw=X +rung=R lane=L` composes, at 40 composes instead of 336 (a compose is ~1 s here)."""
+    from mens.config.compose import compose
+
+    return {(rung, lane): compose(["+hw=cpu", f"+rung={rung}", f"lane={lane}",
+                                   *(["spoke=skill_creation"] if lane == "dpo" else [])])
+            for rung in RUNGS for lane in LANES}
+
+
 @pytest.mark.parametrize("hw", HW)
-def test_every_hw_rung_lane_exits_0_or_3_or_2_by_rule(compile_run, hw):
+def test_every_hw_rung_lane_exits_0_or_3_or_2_by_rule(rung_lane_cfgs, hw):
     """Every combination plans: fits or refuses; 2 exactly where an input is invalid by rule."""
-    for rung in RUNGS:
-        for lane in LANES:
-            args = [f"+hw={hw}", f"+rung={rung}", f"lane={lane}"]
-            if hw == "m_series":
-                args.append("hw.memory_gb=64")   # planning for a Mac from here
-            if lane == "dpo":
-                args.append("spoke=skill_creation")
-            spec, p = compile_run(*args)
-            assert p.verdict in ("fits", "refuses")
-            assert p.fits == (p.peak_bytes <= p.budget_bytes)
-            if not p.fits:
-                assert p.ways_out, f"{args}: refusal without a way out"
+    from mens.config.compose import compose
+    from mens.plan.spec import compile_run
+
+    # planning for a Mac from here needs its memory
+    hw_node = compose([f"+hw={hw}", *(["hw.memory_gb=64"] if hw == "m_series" else [])]).hw
+    for (rung, lane), composed in rung_lane_cfgs.items():
+        cfg = composed.copy()
+        cfg.hw = hw_node
+        spec, p = compile_run(cfg, "plan")
+        args = [f"+hw={hw}", f"+rung={rung}", f"lane={lane}"]
+        assert spec.hw.name == hw and spec.rung.name == rung, args
+        assert p.verdict in ("fits", "refuses")
+        assert p.fits == (p.peak_bytes <= p.budget_bytes)
+        if not p.fits:
+            assert p.ways_out, f"{args}: refusal without a way out"
 
 
 @pytest.mark.parametrize("args, key", [
