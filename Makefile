@@ -19,6 +19,11 @@ STAMP := $(VENV)/.mens-installed
 SKY_VENV ?= .venv-sky
 SKY_VERSION ?= 0.14.1
 ARGS ?=
+# the suites run on 2 pytest-xdist workers (a 2-core box spends much of a test in single-threaded
+# Python: composing, imports, subprocesses); one file per worker, so a module's fixtures are made
+# once. TEST_JOBS=0 runs them in this process, one after another.
+TEST_JOBS ?= 2
+XDIST := $(if $(filter 0,$(TEST_JOBS)),,-n $(TEST_JOBS) --dist loadfile)
 
 .PHONY: help install run plan test test-slow test-full bench clean export serve eval compare demo
 
@@ -52,13 +57,13 @@ plan: install ## plan only, e.g. make plan ARGS="+hw=rtx4090 +rung=8b"
 	$(PY) -m mens.plan $(ARGS)
 
 test: install ## the test suite (CPU only, skips tests marked slow)
-	$(PY) -m pytest -q -m "not slow" $(ARGS)
+	$(PY) -m pytest -q -m "not slow" $(XDIST) $(ARGS)
 
 test-slow: install ## the slow acceptance tests only (FSDP2/DDP runs, resume after SIGKILL, browser round trip, gates, wheel installs, fuzzing): CI runs them after `make test`
-	$(PY) -m pytest -q -m slow $(ARGS)
+	$(PY) -m pytest -q -m slow $(XDIST) $(ARGS)
 
 test-full: install ## every test, slow ones included
-	$(PY) -m pytest -q $(ARGS)
+	$(PY) -m pytest -q $(XDIST) $(ARGS)
 
 bench: install ## benchmarks: plan start-up, train throughput, padding, export memory, held-out memory errors
 	$(PY) tools/bench/bench.py $(ARGS)

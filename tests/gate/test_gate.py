@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 
-import pytest
-
 from mens.config.options import spokes
 from mens.run.receipt import RECEIPT, artifact_sha256, promotable, receipt_status
 from gate.conftest import FAST_GATE, gate
@@ -51,65 +49,6 @@ def test_the_gate_reuses_an_eval_that_serves_it_and_reruns_a_stale_one(good_run,
         [*FAST_GATE, "gate.guard_tasks=[arc_easy]"])), artifact_sha256(run))
     receipt = gate(run, *FAST_GATE)
     assert "mens gate: using" in capsys.readouterr().out and receipt["verdict"] == "pass"
-
-
-@pytest.mark.slow
-def test_a_well_trained_adapter_passes_the_default_gate(well_trained):
-    run, receipt = well_trained
-    assert receipt["verdict"] == "pass", receipt["reasons"]
-    own = receipt["in_domain"]
-    # the tiny rung's pass@1 is at its floor: auto gates the loss and says why
-    assert receipt["metric"] == "loss" and "floor" in receipt["metric_why"]
-    assert own["n"] == 40 and own["gain"]["ci"][0] > receipt["thresholds"]["min_gain"]
-    assert receipt["eval"]["spec"]["k"] == 4 and receipt["eval"]["spec"]["max_prompts"] == 64
-    assert len(receipt["guards"]) == 2 * (len(spokes()) - 1)
-    print(f"\nwell-trained: vox_lang loss gain {own['gain']['value']:+.4f} {own['gain']['ci']}")
-
-
-@pytest.mark.slow
-def test_a_gain_within_noise_fails_as_not_significant(two_step_run):
-    run, receipt = two_step_run
-    assert receipt["verdict"] == "fail"
-    lo, hi = receipt["in_domain"]["gain"]["ci"]
-    why = receipt["reasons"][0]
-    assert why.startswith("in-domain vox_lang loss: gain") and "not significant" in why
-    assert f"[{lo:+.3f}, {hi:+.3f}]" in why and lo <= 0.005 and "gate.min_gain=0.005" in why
-    assert not promotable(run)[0]
-
-
-@pytest.mark.slow
-def test_an_adapter_trained_to_hurt_fails(hurt_run):
-    run, receipt = hurt_run
-    assert receipt["verdict"] == "fail"
-    hurt = [r for r in receipt["guards"] if r["metric"] == "loss" and r["gain"]["ci"][1] < -0.05]
-    assert hurt, receipt["guards"]
-    assert any(r.startswith(f"collateral {hurt[0]['name']}: loses") and
-               "gate.max_regression=0.05" in r for r in receipt["reasons"])
-    ok, why = promotable(run)
-    assert not ok and "failed its gate" in why and "max_regression" in why
-
-
-@pytest.mark.slow
-def test_the_hurtful_adapter_is_refused_by_server_and_cli(good_run, hurt_run, tmp_path):
-    """The failed receipt in use: served beside the good run, /admin/promote answers 409 and
-    `mens.serve promote` exits 3 (the page's refusal: tests/studio/test_roundtrip.py)."""
-    import subprocess
-    import sys
-
-    import httpx
-    from serve_util import running_server
-
-    with running_server(tmp_path, f"run={good_run[0]}",
-                        f"serve.adapters=['hurt={hurt_run[0]}']") as (url, proc):
-        r = httpx.post(f"{url}/admin/promote", json={"spoke": "vox_lang", "slot": "hurt"})
-        assert r.status_code == 409 and "failed its gate" in r.json()["error"]["message"], r.text
-        cli = subprocess.run([sys.executable, "-m", "mens.serve", "promote", "vox_lang", "hurt",
-                              f"serve.port={url.rsplit(':', 1)[1]}",
-                              f"hydra.run.dir={tmp_path / 'admin'}"],
-                             capture_output=True, text=True, timeout=120)
-        assert cli.returncode == 3 and "failed its gate" in cli.stderr, cli.stderr
-        aliases = httpx.get(f"{url}/admin/aliases").json()["aliases"]["vox_lang"]
-        assert aliases["champion"] == good_run[0].name and proc.poll() is None
 
 
 def test_a_retrained_adapter_voids_its_receipt(good_run, tmp_path):
