@@ -61,3 +61,31 @@ def tiny_run(tmp_path_factory):
     spec, plan = plan_run(cfg, out, "train")
     train_run(spec, plan, out)
     return out
+
+
+# The longest files first (seconds measured on 2 cores, 2026-12-02): pytest-xdist's loadfile
+# hands files to whichever worker is free in collection order, and a long file picked up last
+# leaves the other worker idle at the end (longest-first scheduling). Order within a file, and of
+# the files not named here, is kept.
+LONGEST_FIRST = [
+    "gate/test_gate_well.py", "gate/test_gate_hurt.py", "gate/test_gate_noise.py",   # slow ones
+    "train/test_multidevice.py", "train/test_train_cli.py",
+    "train/test_train.py", "serve/test_serve.py", "train/test_user_data.py",
+    "export/test_export.py", "studio/test_browser.py", "compare/test_compare.py",
+    "plan/test_planner.py", "eval/test_run.py", "serve/test_serve_fuzz.py",
+    "calibrate/test_calibrate.py", "train/test_paths.py", "export/test_hf_rung.py",
+    "synth/teacher/test_serve_teacher.py", "gate/test_gate.py", "afk/test_afk.py",
+]
+
+
+def pytest_collection_modifyitems(config, items):
+    root = Path(__file__).parent
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+
+    def key(item):
+        try:
+            rel = Path(str(item.fspath)).relative_to(root).as_posix()
+        except ValueError:
+            rel = ""
+        return rank.get(rel, len(rank))
+    items.sort(key=key)   # stable: the rest keeps its order
