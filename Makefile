@@ -21,9 +21,12 @@ SKY_VERSION ?= 0.14.1
 ARGS ?=
 # the suites run on 2 pytest-xdist workers (a 2-core box spends much of a test in single-threaded
 # Python: composing, imports, subprocesses); one file per worker, so a module's fixtures are made
-# once. TEST_JOBS=0 runs them in this process, one after another.
+# once. TEST_JOBS=0 runs them in this process, one after another. Each worker's torch gets one
+# intra-op thread (unless OMP_NUM_THREADS says otherwise): two workers' second threads on two
+# cores only spin-wait (tiny models: ~10x slower per op, tests/export/test_export.py).
 TEST_JOBS ?= 2
 XDIST := $(if $(filter 0,$(TEST_JOBS)),,-n $(TEST_JOBS) --dist loadfile)
+TEST_ENV := $(if $(filter 0,$(TEST_JOBS)),,OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1})
 
 .PHONY: help install run plan test test-slow test-full bench clean export serve eval compare demo
 
@@ -57,13 +60,13 @@ plan: install ## plan only, e.g. make plan ARGS="+hw=rtx4090 +rung=8b"
 	$(PY) -m mens.plan $(ARGS)
 
 test: install ## the test suite (CPU only, skips tests marked slow)
-	$(PY) -m pytest -q -m "not slow" $(XDIST) $(ARGS)
+	$(TEST_ENV) $(PY) -m pytest -q -m "not slow" $(XDIST) $(ARGS)
 
 test-slow: install ## the slow acceptance tests only (FSDP2/DDP runs, resume after SIGKILL, browser round trip, gates, wheel installs, fuzzing): CI runs them after `make test`
-	$(PY) -m pytest -q -m slow $(XDIST) $(ARGS)
+	$(TEST_ENV) $(PY) -m pytest -q -m slow $(XDIST) $(ARGS)
 
 test-full: install ## every test, slow ones included
-	$(PY) -m pytest -q $(XDIST) $(ARGS)
+	$(TEST_ENV) $(PY) -m pytest -q $(XDIST) $(ARGS)
 
 bench: install ## benchmarks: plan start-up, train throughput, padding, export memory, held-out memory errors
 	$(PY) tools/bench/bench.py $(ARGS)
