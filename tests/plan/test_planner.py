@@ -1,6 +1,7 @@
 """The planner: verdicts, auto sizing, explicit sizes, refusals with ways out that really fit."""
 from __future__ import annotations
 
+import copy
 import re
 from dataclasses import replace
 
@@ -74,7 +75,7 @@ def test_every_hw_rung_lane_exits_0_or_3_or_2_by_rule(rung_lane_cfgs, hw):
     # planning for a Mac from here needs its memory
     hw_node = compose([f"+hw={hw}", *(["hw.memory_gb=64"] if hw == "m_series" else [])]).hw
     for (rung, lane), composed in rung_lane_cfgs.items():
-        cfg = composed.copy()
+        cfg = copy.deepcopy(composed)   # compile_run may fill in autos: each plan its own
         cfg.hw = hw_node
         spec, p = compile_run(cfg, "plan")
         args = [f"+hw={hw}", f"+rung={rung}", f"lane={lane}"]
