@@ -19,7 +19,7 @@ trl = pytest.importorskip("trl", reason="TRL is the reference these losses are c
                                         "(pip install -e .[dev])")
 import transformers  # noqa: E402
 from datasets import Dataset  # noqa: E402
-from trl import KTOConfig, KTOTrainer  # noqa: E402
+from trl import DPOConfig, DPOTrainer, KTOConfig, KTOTrainer  # noqa: E402
 from trl.experimental.cpo import CPOConfig, CPOTrainer  # noqa: E402
 from trl.experimental.orpo import ORPOConfig, ORPOTrainer  # noqa: E402
 
@@ -27,6 +27,8 @@ from mens.objective.kto import kto_kl, kto_losses  # noqa: E402
 from mens.objective.orpo import orpo_losses  # noqa: E402
 from mens.objective.simpo import simpo_losses  # noqa: E402
 from mens.resources import ASSETS  # noqa: E402
+# mens's DPO loss, where it lives today (helper A's objective split may move it: follow the move)
+from mens.train.module import DPO_LOSSES, dpo_losses  # noqa: E402
 
 VALUE_RTOL, GRAD_ATOL = 1e-5, 1e-4     # issue 28's acceptance bounds
 PAIRS = [dict(prompt="def add(a, b):", chosen="\n    return a + b\n", rejected=" pass"),
@@ -280,3 +282,35 @@ def test_kto_matches_trl_trainer_on_a_tiny_model(tok, tmp_path):
         off, _ = kto_losses(logps.detach(), ref_logps, batch["label"], raw, beta * 1.01, w_d, w_u)
         assert rel(off, theirs.detach()) > VALUE_RTOL
     assert min(raw_kls) < 0 < max(raw_kls), raw_kls   # both branches of the clamp were compared
+
+
+@pytest.mark.parametrize("loss_type", DPO_LOSSES)
+def test_mens_dpo_matches_trl_dpo_trainer_on_a_tiny_model(tok, tmp_path, loss_type):
+    """mens's existing DPO loss (mens.train.module.dpo_losses; its log-ratios as MensModule.
+    dpo_loss builds them: summed completion log-probs, ipo averaged over the completion tokens)
+    against TRL 1.16's DPOTrainer._compute_loss (no dpo_loss method in 1.16), a separate
+    random reference model."""
+    beta = 0.5
+    policy, ref = tiny_model(len(tok), 3), tiny_model(len(tok), 4)
+    args = DPOConfig(**common(tmp_path, rows=PAIRS, beta=beta, loss_type=[loss_type]))
+    trainer = DPOTrainer(model=policy, ref_model=ref, args=args,
+                         train_dataset=Dataset.from_list(PAIRS), processing_class=tok)
+    batch = one_batch(trainer)                      # rows: the chosen answers, then the rejected
+    theirs = trainer.compute_loss(policy, batch)
+    g_theirs = grads_of(policy, theirs)
+    ids, attention, completion = batch["input_ids"], batch["attention_mask"], batch["completion_mask"]
+    logps = completion_logps(policy, ids, attention, completion)                     # (2n,)
+    with torch.no_grad():
+        ref_logps = completion_logps(ref, ids, attention, completion)
+    if loss_type == "ipo":       # MensModule.dpo_loss: supervised (shifted) tokens per row
+        tokens = completion[:, 1:].sum(-1).clamp(min=1).to(logps.dtype)
+        logps, ref_logps = logps / tokens, ref_logps / tokens
+    n = len(PAIRS)
+    ratios = logps - ref_logps
+    ours = dpo_losses(ratios[:n], ratios[n:], beta, loss_type).mean()
+    g_ours = grads_of(policy, ours)
+    note(f"dpo-{loss_type}(b) value rel", rel(ours, theirs))
+    note(f"dpo-{loss_type}(b) grad abs", grad_diff(g_ours, g_theirs))
+    assert rel(ours, theirs) <= VALUE_RTOL and grad_diff(g_ours, g_theirs) <= GRAD_ATOL
+    off = dpo_losses(ratios[:n].detach(), ratios[n:].detach(), beta * 1.01, loss_type).mean()
+    assert rel(off, theirs) > VALUE_RTOL
