@@ -12,11 +12,13 @@ import torch.nn.functional as F
 def log1mexp(x: torch.Tensor) -> torch.Tensor:
     """log(1 − exp(x)) for x < 0, stable at both ends: log1p(−eˣ) far below 0, log(−expm1(x))
     near 0, branching at −ln 2 where the two lose the least (Mächler 2012; TRL branches the same)."""
-    return torch.where(x < -0.6931471805599453, torch.log1p(-torch.exp(x)), torch.log(-torch.expm1(x)))
+    return torch.where(x < -0.6931471805599453, torch.log1p(-torch.exp(x)),
+                       torch.log(-torch.expm1(x)))
 
 
 def orpo_losses(chosen_logps_mean: torch.Tensor, rejected_logps_mean: torch.Tensor,
-                chosen_nll: torch.Tensor, beta: float) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+                chosen_nll: torch.Tensor,
+                beta: float) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """The ORPO loss of a batch of pairs and TRL's logged metrics.
 
     chosen_logps_mean, rejected_logps_mean: (B,) log-probs of each answer's completion tokens,

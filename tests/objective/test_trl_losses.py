@@ -69,8 +69,9 @@ def tiny_model(vocab: int, seed: int):
     matter, small enough that a forward/backward is milliseconds."""
     torch.manual_seed(seed)
     cfg = transformers.Qwen3Config(vocab_size=vocab, hidden_size=64, intermediate_size=128,
-                                   num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                                   head_dim=16, tie_word_embeddings=False, initializer_range=0.1)
+                                   num_hidden_layers=2, num_attention_heads=4,
+                                   num_key_value_heads=2, head_dim=16,
+                                   tie_word_embeddings=False, initializer_range=0.1)
     return transformers.AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
 
 
@@ -166,8 +167,8 @@ def pair_forward(model, batch, pad_id: int):
     width = max(batch["chosen_input_ids"].shape[1], batch["rejected_input_ids"].shape[1])
 
     def both(key, value):
-        return torch.cat([F.pad(batch[f"{side}_{key}"], (0, width - batch[f"{side}_{key}"].shape[1]),
-                                value=value) for side in ("chosen", "rejected")])
+        rows = [batch[f"{side}_{key}"] for side in ("chosen", "rejected")]
+        return torch.cat([F.pad(x, (0, width - x.shape[1]), value=value) for x in rows])
     ids, mask, labels = both("input_ids", pad_id), both("attention_mask", 0), both("labels", -100)
     logp = F.log_softmax(model(input_ids=ids, attention_mask=mask, use_cache=False)
                          .logits[:, :-1].float(), -1)                                # (2n, S-1, V)
@@ -179,6 +180,13 @@ def pair_forward(model, batch, pad_id: int):
     nll_lp = logp[:n].gather(-1, ids[:n, 1:, None])[..., 0]
     nll = -(nll_lp * real).sum() / real.sum()
     return mean_lp[:n], mean_lp[n:], nll, -(tok_lp[:n] * keep[:n]).sum() / keep[:n].sum()
+
+
+def same_as_logged(metrics: dict, logged: dict, names):
+    """Our metrics' means are the numbers TRL's trainer stored for its log, name for name."""
+    for name in names:
+        want = logged[name]
+        assert abs(float(metrics[name].mean()) - want) <= VALUE_RTOL * max(1, abs(want)), name
 
 
 def grads_of(model, loss) -> list[torch.Tensor]:
@@ -205,9 +213,8 @@ def test_orpo_matches_trl_trainer_on_a_tiny_model(orpo, tok):
     note("orpo(b) grad abs", grad_diff(g_ours, g_theirs))
     assert rel(ours.detach(), theirs.detach()) <= VALUE_RTOL
     assert grad_diff(g_ours, g_theirs) <= GRAD_ATOL
-    for name in ("rewards/chosen", "rewards/margins", "log_odds_ratio", "log_odds_chosen",
-                 "nll_loss"):
-        assert abs(float(m[name].mean()) - logged[name]) <= 1e-5 * max(1, abs(logged[name])), name
+    same_as_logged(m, logged, ("rewards/chosen", "rewards/margins", "log_odds_ratio",
+                               "log_odds_chosen", "nll_loss"))
     off, _ = orpo_losses(c.detach(), r.detach(), nll.detach(), 0.1 * 1.01)
     assert rel(off, theirs.detach()) > VALUE_RTOL
     # and TRL's NLL covers the prompt: the completion-only NLL does not pass
@@ -229,8 +236,7 @@ def test_simpo_matches_trl_trainer_on_a_tiny_model(simpo, tok):
     note("simpo(b) grad abs", grad_diff(g_ours, g_theirs))
     assert rel(ours.detach(), theirs.detach()) <= VALUE_RTOL
     assert grad_diff(g_ours, g_theirs) <= GRAD_ATOL
-    for name in ("rewards/chosen", "rewards/rejected", "logps/chosen"):
-        assert abs(float(m[name].mean()) - logged[name]) <= 1e-5 * max(1, abs(logged[name])), name
+    same_as_logged(m, logged, ("rewards/chosen", "rewards/rejected", "logps/chosen"))
     off, _ = simpo_losses(c.detach(), r.detach(), beta * 1.01, gamma / beta)
     assert rel(off, theirs.detach()) > VALUE_RTOL
 
@@ -267,7 +273,7 @@ def test_kto_matches_trl_trainer_on_a_tiny_model(tok, tmp_path):
         with torch.no_grad():
             ref_logps = completion_logps(ref, batch["input_ids"], batch["attention_mask"],
                                          batch["completion_mask"])
-            kl_args = (batch["KL_input_ids"], batch["KL_attention_mask"], batch["KL_completion_mask"])
+            kl_args = [batch[f"KL_{k}"] for k in ("input_ids", "attention_mask", "completion_mask")]
             raw = kto_kl(completion_logps(policy, *kl_args), completion_logps(ref, *kl_args))
         raw_kls.append(float(raw))
         ours, m = kto_losses(logps, ref_logps, batch["label"], raw, beta, w_d, w_u)
@@ -277,8 +283,7 @@ def test_kto_matches_trl_trainer_on_a_tiny_model(tok, tmp_path):
         note("kto(b) grad abs", grad_diff(g_ours, g_theirs))
         assert rel(ours.detach(), theirs.detach()) <= VALUE_RTOL
         assert grad_diff(g_ours, g_theirs) <= GRAD_ATOL
-        for name in ("kl", "rewards/chosen", "rewards/rejected", "rewards/margins"):
-            assert abs(float(m[name].mean()) - logged[name]) <= 1e-5 * max(1, abs(logged[name])), name
+        same_as_logged(m, logged, ("kl", "rewards/chosen", "rewards/rejected", "rewards/margins"))
         off, _ = kto_losses(logps.detach(), ref_logps, batch["label"], raw, beta * 1.01, w_d, w_u)
         assert rel(off, theirs.detach()) > VALUE_RTOL
     assert min(raw_kls) < 0 < max(raw_kls), raw_kls   # both branches of the clamp were compared
@@ -298,7 +303,8 @@ def test_mens_dpo_matches_trl_dpo_trainer_on_a_tiny_model(tok, tmp_path, loss_ty
     batch = one_batch(trainer)                      # rows: the chosen answers, then the rejected
     theirs = trainer.compute_loss(policy, batch)
     g_theirs = grads_of(policy, theirs)
-    ids, attention, completion = batch["input_ids"], batch["attention_mask"], batch["completion_mask"]
+    ids, attention, completion = (batch[k] for k in ("input_ids", "attention_mask",
+                                                     "completion_mask"))
     logps = completion_logps(policy, ids, attention, completion)                     # (2n,)
     with torch.no_grad():
         ref_logps = completion_logps(ref, ids, attention, completion)
