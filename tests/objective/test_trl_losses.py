@@ -289,6 +289,54 @@ def test_kto_matches_trl_trainer_on_a_tiny_model(tok, tmp_path):
     assert min(raw_kls) < 0 < max(raw_kls), raw_kls   # both branches of the clamp were compared
 
 
+@pytest.mark.parametrize("labels,kl_shift", [((1, 0, 1, 1), 3.0), ((1, 0, 1, 1), -3.0),
+                                             ((1, 1, 1, 1), 2.0), ((0, 0, 0, 0), 2.0)])
+def test_kto_matches_trl_on_random_reference_logps(tok, tmp_path, labels, kl_shift):
+    """KTO's (a): TRL's own loss code (_compute_loss in its precomputed-reference mode, the
+    attribute it reads set on a real trainer) fed seeded random reference log-probs for the
+    records and the KL pairs, so the log-ratios and z₀ range wider than two models give:
+    3:1 label mixes with z₀ > 0 and z₀ < 0 (clamped), all desirable, all undesirable (TRL
+    then logs no margin and averages one kind only)."""
+    beta, w_d, w_u = 0.2, 1.3, 0.8
+    policy = tiny_model(len(tok), 5)
+    args = KTOConfig(**common(tmp_path, rows=RECORDS, beta=beta, desirable_weight=w_d,
+                              undesirable_weight=w_u, train_sampling_strategy="sequential"))
+    trainer = KTOTrainer(model=policy, ref_model=tiny_model(len(tok), 6), args=args,
+                         train_dataset=Dataset.from_list(RECORDS), processing_class=tok)
+    trainer.precompute_ref_logps = True             # read ref_logps / ref_KL_logps from the batch
+    batch = one_batch(trainer)
+    batch["label"] = torch.tensor(labels, dtype=torch.bool)
+    kl_args = [batch[f"KL_{k}"] for k in ("input_ids", "attention_mask", "completion_mask")]
+    with torch.no_grad():
+        policy_kl = completion_logps(policy, *kl_args)
+    g = torch.Generator().manual_seed(7)
+    n = len(labels)
+    # z₀ = mean(policy_kl − ref_kl) lands near kl_shift: its sign picks the clamp's branch
+    batch["ref_KL_logps"] = policy_kl - kl_shift + torch.randn(n, generator=g)
+    logps = completion_logps(policy, batch["input_ids"], batch["attention_mask"],
+                             batch["completion_mask"])
+    batch["ref_logps"] = logps.detach() + 4 * torch.randn(n, generator=g)
+    theirs = trainer.compute_loss(policy, batch)
+    g_theirs = grads_of(policy, theirs)
+    raw = kto_kl(policy_kl, batch["ref_KL_logps"])
+    assert (float(raw) > 0) == (kl_shift > 0)
+    logps = completion_logps(policy, batch["input_ids"], batch["attention_mask"],
+                             batch["completion_mask"])
+    ours, m = kto_losses(logps, batch["ref_logps"], batch["label"], raw, beta, w_d, w_u)
+    g_ours = grads_of(policy, ours)
+    logged = {k: v[-1] for k, v in trainer._metrics["train"].items()}
+    note("kto(a) value rel", rel(ours, theirs))
+    note("kto(a) grad abs", grad_diff(g_ours, g_theirs))
+    assert rel(ours, theirs) <= VALUE_RTOL and grad_diff(g_ours, g_theirs) <= GRAD_ATOL
+    kinds = [k for k, present in (("rewards/chosen", any(labels)),
+                                  ("rewards/rejected", not all(labels))) if present]
+    same_as_logged(m, logged, ["kl"] + kinds + (["rewards/margins"] if len(kinds) == 2 else []))
+    assert ("rewards/margins" in m) == ("rewards/margins" in logged)
+    off, _ = kto_losses(logps.detach(), batch["ref_logps"], batch["label"], raw, beta * 1.01,
+                        w_d, w_u)
+    assert rel(off, theirs) > VALUE_RTOL
+
+
 @pytest.mark.parametrize("loss_type", DPO_LOSSES)
 def test_mens_dpo_matches_trl_dpo_trainer_on_a_tiny_model(tok, tmp_path, loss_type):
     """mens's existing DPO loss (mens.train.module.dpo_losses; its log-ratios as MensModule.
