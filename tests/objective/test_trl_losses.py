@@ -1,5 +1,5 @@
-"""mens.objective's ORPO, SimPO and KTO losses equal TRL's (issue 28: value ≤ 1e-5 relative,
-gradients ≤ 1e-4), TRL being the reference (1.16 when written; a dev dependency).
+"""mens.objective's ORPO, SimPO and KTO losses, and mens's DPO loss, equal TRL's (issue 28: value
+≤ 1e-5 relative, gradients ≤ 1e-4), TRL being the reference (1.16 when written; a dev dependency).
 
 (a) seeded random log-probs through our function and TRL's own loss method, called on a real
     trainer object; (b) end to end on a tiny random Qwen3: TRL's trainer tokenizes and collates
