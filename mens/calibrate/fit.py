@@ -37,10 +37,10 @@ import json
 
 import numpy as np
 
-from mens.calibrate.records import (BIG, MULTI_TERMS, TERMS, MiB, collect,  # noqa: F401
-                                    one_device_key, other_paths, predicted_raw,
-                                    record_components, resolve, term_columns, why_excluded,
-                                    world_size)
+from mens.calibrate.records import (BIG, MULTI_TERMS, TERMS, MiB,  # noqa: F401
+                                    collect, one_device_key, other_paths, predicted_raw,
+                                    record_components, resolve, term_columns, terms_for,
+                                    why_excluded, world_size)
 from mens.calibrate.external import fit_external, merge_external
 from mens.calibrate.speed import fit_speed
 from mens.plan.memory import min_margin, model_digest, usable_cell, with_uncertainty
@@ -97,7 +97,8 @@ def fit_cell(key: str, recs: list[dict], contract, extrapolation: bool = True,
     The uncertainty pools leave-one-out errors with an extrapolation check: each rung's
     longest seq_len predicted by a fit without those records (when the rest determine one).
     inherit: a multi-device cell's one-device cell (its params coefficient, see the doc)."""
-    cols = [term_columns(record_components(r, contract)) for r in recs]
+    comps = [record_components(r, contract) for r in recs]
+    cols = [term_columns(c) for c in comps]
     y = np.array([r["measured_peak_bytes"] for r in recs], float)
     total = np.array([sum(c.values()) for c in cols], float)
     free, fixed, held = [], {}, {}                         # held: term → coefficient kept
@@ -158,8 +159,8 @@ def fit_cell(key: str, recs: list[dict], contract, extrapolation: bool = True,
         "uncertainty": u, "uncertainty_floor_bytes": floor, "checked_records_512mib": n_big,
         "repeat_noise": noise,
         "model_digest": model_digest(contract["model"]),
-        "coefficients": {c: round(coef[t], 6) for t, cs in MULTI_TERMS.items() if t in coef
-                         for c in cs},
+        "coefficients": {c: round(coef[t], 6) for t, cs in terms_for(comps[0]).items()
+                         if t in coef for c in cs},
         "terms": {t: {"coefficient": round(coef[t], 6), "stderr": round(float(s), 6),
                       "uncertainty": round(float(3 * s), 6)} for t, s in zip(free, se)},
         "fixed": fixed,

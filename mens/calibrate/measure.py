@@ -71,7 +71,7 @@ def prepare(cfg: DictConfig) -> list[str]:
     if int(devices) > 1 and cfg.hw.strategy == "auto":
         # each lane under the strategy it scales by (the planner would pick ddp wherever a
         # replica fits, and the sharded cells would never be measured)
-        cfg.hw.strategy = "fsdp2" if cfg.lane.kind == "full" else "ddp"
+        cfg.hw.strategy = "fsdp2" if cfg.lane.method == "full" else "ddp"
         notes.append(f"hw.strategy=auto → {cfg.hw.strategy}: calibration measures the full "
                      f"lane sharded and adapters replicated (name hw.strategy for the other)")
     return notes
@@ -104,7 +104,7 @@ def task(cfg: DictConfig, out_dir: Path) -> int:
                       f"exceeds calibrate.max_predicted_gb={cap:g}: not run")
         return finish(record, out_dir)
     weights = None
-    if cfg.rung.init == "random" and cfg.lane.kind == "qlora":
+    if cfg.rung.init == "random" and cfg.lane.method == "qlora":
         weights = materialised_weights(cfg, out_dir)
         if weights is None:
             record.update(status="failed", reason="could not write random weights for qlora "
@@ -118,10 +118,36 @@ def task(cfg: DictConfig, out_dir: Path) -> int:
     limit = int(c.max_rss_gb * 2**30) if c.max_rss_gb else None
     res = run_child(out_dir, limit, c.timeout_s, world)
     record.update(classify(res))
+    unpacked_rows(record, out_dir)
     if not c.keep_outputs:   # random-weight models and their optimizer state: nothing to keep
         for name in (RunDir.CHECKPOINTS, RunDir.MODEL, RunDir.ADAPTER):
             shutil.rmtree(out_dir / name, ignore_errors=True)
     return finish(record, out_dir)
+
+
+def unpacked_rows(record: dict, out_dir: Path) -> None:
+    """SFT packs its rows to seq_len; another objective's rows are one record (pair, answer)
+    padded to the longest in its batch, or — one that samples in its step (grpo) — the widest
+    prompt plus the sampled completion: up to the planned seq_len, often less. The record keeps
+    the longest rows its measured steps really had as its seq_len (what the analytic model is
+    evaluated at when the record is fitted or checked), the planned one as planned_seq_len,
+    and says so."""
+    from mens.run.telemetry import read
+
+    lane = record["lane"]
+    if lane.get("objective", "sft") == "sft":
+        return
+    if lane.get("generation_tokens"):          # the step's rows/length (mens.objective.grpo)
+        tel = RunDir(out_dir).telemetry
+        widths = [r["rows/length"] for r in (read(tel) if tel.is_file() else [])
+                  if r.get("event") == "TRAIN_STEP" and r.get("rows/length")]
+    else:                                      # the loader's batches (rows, width)
+        widths = [shape[-1] for shape in record.get("batch_shapes") or []]
+    if widths and int(max(widths)) != record["seq_len"]:
+        record["planned_seq_len"], record["seq_len"] = record["seq_len"], int(max(widths))
+        record["notes"].append(f"unpacked rows: the longest measured batch's rows were "
+                               f"{record['seq_len']} tokens of the planned "
+                               f"{record['planned_seq_len']}; the record is at the former")
 
 
 def _measured_before(cfg: DictConfig, out_dir: Path) -> dict | None:
@@ -151,7 +177,8 @@ def base_record(cfg, spec, plan, out_dir: Path) -> dict:
     from mens.plan.spec import lane_model
     from mens.train.telemetry import git_commit, host
 
-    lane = lane_model(spec.lane, spec.lane.precision, spec.train.init_adapter)
+    lane = lane_model(spec.lane, spec.lane.precision, spec.train.init_adapter,
+                      spec.spoke.admission.check, spec.plan.contract)
     arch = Arch.of(spec.rung)
     shape = plan.shape
     contract = load_contract(spec.plan.contract)
@@ -159,7 +186,7 @@ def base_record(cfg, spec, plan, out_dir: Path) -> dict:
     ident = f"{host()['hostname']}|{date}|{out_dir.resolve()}"
     return {
         "schema": RECORD_SCHEMA,
-        "id": f"{spec.rung.name}-{lane.kind}-{'ckpt' if shape.checkpointing else 'nockpt'}-"
+        "id": f"{spec.rung.name}-{lane.label}-{'ckpt' if shape.checkpointing else 'nockpt'}-"
               f"s{shape.seq_len}-b{shape.micro_batch}-"
               f"{f'{plan.strategy}x{plan.world_size}-' if plan.world_size > 1 else ''}"
               f"{hashlib.sha1(ident.encode()).hexdigest()[:8]}",

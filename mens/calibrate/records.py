@@ -9,6 +9,7 @@ from __future__ import annotations
 import glob
 import json
 from pathlib import Path
+from typing import Mapping
 
 from mens.calibrate.evidence import is_external, not_binding, to_record
 from mens.plan.memory import Arch, LaneModel, Shape, components, predict
@@ -25,6 +26,20 @@ TERMS = {"params": ("weights", "trainable", "gradients", "optimizer"),
          "overhead": ("overhead",)}
 # one device of several (world_size > 1): DDP's gradient buckets / FSDP2's gathered layers
 MULTI_TERMS = {**TERMS, "communication": ("communication",)}
+
+
+def terms_for(comps: Mapping) -> dict[str, tuple[str, ...]]:
+    """The fit's terms over a record's components. An objective that samples in its step (grpo,
+    mens.plan.memory.sampling) adds components only its records have: its reference copy is
+    weights (params), its oracle processes a constant beside the runtime's (overhead: the same
+    in every record of a spoke, they could not be told apart), its generation a term of its own.
+    An SFT record keeps exactly the terms it always had."""
+    terms = dict(MULTI_TERMS if "communication" in comps else TERMS)
+    if "generation" in comps:
+        terms["params"] = (*terms["params"], "reference_copy")
+        terms["overhead"] = (*terms["overhead"], "oracle_procs")
+        terms["generation"] = ("generation",)
+    return terms
 
 
 def resolve(source: str) -> Path:
@@ -95,8 +110,7 @@ def record_paths(r: dict) -> dict:
 def term_columns(comps: dict[str, int]) -> dict[str, int]:
     """Components summed into the fit's terms; `communication` only where the components have
     it (several devices), so a one-device fit has exactly the terms it always had."""
-    terms = MULTI_TERMS if "communication" in comps else TERMS
-    return {t: sum(comps[c] for c in cs) for t, cs in terms.items()}
+    return {t: sum(comps[c] for c in cs) for t, cs in terms_for(comps).items()}
 
 
 def why_excluded(r: dict) -> str | None:

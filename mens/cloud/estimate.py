@@ -21,6 +21,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from mens.cloud.catalog import Offer, catalog_path, load, select
 from mens.errors import MensError
+from mens.config.objectives import lane_fields
 from mens.plan.memory import GiB
 from mens.resources import CORPORA
 
@@ -91,7 +92,7 @@ def user_tokens(cfg: DictConfig, spec) -> dict:
     from mens.data import lengths as L
     from mens.data.select import data_label, dataset
 
-    ds = dataset(spec.data, spec.lane.kind, spec.curriculum.phases)
+    ds = dataset(spec.data, spec.lane.objective, spec.curriculum.phases)
     enc = L.encoder(cfg)
     lens = L.lengths(ds, enc)["train"] if enc is not None else L.estimate(ds)
     seq = spec.train.seq_len
@@ -115,7 +116,7 @@ def rate(cfg: DictConfig, spec, plan) -> tuple[float | None, str]:
         from mens.plan.memory import Arch
         from mens.plan.speed import flops_per_token
         s = plan.shape
-        fpt = flops_per_token(Arch.of(spec.rung), spec.lane.kind, s.checkpointing, s.seq_len)
+        fpt = flops_per_token(Arch.of(spec.rung), spec.lane.method, s.checkpointing, s.seq_len)
         world = getattr(plan, "world_size", 1)
         return (world * spec.hw.tflops_bf16 * 1e12 * mfu / fpt,
                 f"ASSUMED {mfu:.0%} MFU of the tier's dense bf16 TFLOPS (cloud.mfu)")
@@ -200,7 +201,7 @@ def estimate(cfg: DictConfig, today: dt.date | None = None) -> dict:
     age = (today - dt.date.fromisoformat(oldest)).days if oldest else None
     c = cfg.cloud
     return {
-        "rung": cfg.rung.name, "lane": cfg.lane.kind, "spoke": cfg.spoke.name,
+        "rung": cfg.rung.name, **lane_fields(cfg.lane), "spoke": cfg.spoke.name,
         "catalogue": str(path), "catalogue_oldest_date": oldest, "catalogue_age_days": age,
         "catalogue_stale": age is not None and age > c.max_age_days,
         "tokens": tok, "mfu": c.mfu, "setup_hours": c.setup_hours,

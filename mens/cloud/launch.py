@@ -26,6 +26,7 @@ import yaml
 from omegaconf import DictConfig
 
 from mens.cloud.catalog import TIER_OF, Offer, catalog_path, find, load, select
+from mens.config.objectives import label as lane_label
 from mens.errors import ConfigError, EXIT_OK, PlanRefused
 from mens.run.rundir import RunDir
 
@@ -58,7 +59,7 @@ def choose(cfg: DictConfig) -> tuple[Offer, dict | None]:
     from mens.cloud.estimate import estimate
     rows = [r for r in estimate(cfg)["offers"] if r["fits"]]
     if not rows:
-        raise PlanRefused(f"no catalogue offer fits {cfg.rung.name} with lane {cfg.lane.kind} "
+        raise PlanRefused(f"no catalogue offer fits {cfg.rung.name} with lane {lane_label(cfg.lane)} "
                           f"(`mens cloud estimate` lists each offer and why): try a smaller "
                           f"rung, lane=qlora, or a shorter train.seq_len.")
     best = rows[0]   # ranked: fits first, then on-demand cost

@@ -23,6 +23,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from mens.errors import EXIT_OK, ConfigError
+from mens.config.objectives import lane_fields
 from mens.run.rundir import RunDir
 from mens.run.telemetry import Event
 
@@ -182,7 +183,7 @@ def before_after(run: Path, n_prompts: int, max_tokens: int) -> dict:
     lb, la = loss_base["eval"]["loss"], loss_after["eval"]["loss"]
     summary = RunDir(run).read_summary()
     return {
-        "mode": "before_after", "run": str(run), "spoke": spec.spoke.name, "lane": spec.lane.kind,
+        "mode": "before_after", "run": str(run), "spoke": spec.spoke.name, **lane_fields(spec.lane),
         "rung": spec.rung.name, "prompts": len(rows), "max_tokens": max_tokens,
         "eval_loss_base": lb, "eval_loss_tuned": la, "eval_loss_delta": la - lb,
         "eval_improvement_pct": 100 * (1 - la / lb), "eval_tokens": loss_base["eval"]["tokens"],
@@ -278,12 +279,18 @@ def across(runs: list[Path], out: Path) -> dict:
     diff = {k: [s.get(k) for s in specs] for k in keys
             if len({json.dumps(s.get(k), sort_keys=True, default=str) for s in specs}) > 1}
     result = {"mode": "across", "runs": [
-        {"name": n, "dir": str(r), "lane": s.get("lane.kind"), "spoke": s.get("spoke.name"),
+        {"name": n, "dir": str(r), **lane_fields(_lane(s)), "spoke": s.get("spoke.name"),
          "rung": s.get("rung.name"), **_run_metrics(r)} for n, r, s in zip(names, runs, specs)],
         "spec_differences": diff}
     result["evals"] = eval_table(runs, names)   # eval.json / gate.json of each run, or None
     result["png"] = str(_plot(result["runs"], out / "loss_curves.png"))
     return result
+
+
+def _lane(flat: dict) -> dict:
+    """A run's lane from its flattened spec (an earlier mens's lane.kind too)."""
+    return {k: flat.get(f"lane.{k}") for k in ("kind", "method", "objective")
+            if flat.get(f"lane.{k}") is not None}
 
 
 def _plot(runs: list[dict], path: Path) -> Path:

@@ -23,7 +23,7 @@ def default_overrides(overrides: Sequence[str]) -> list[str]:
     """Append `+hw=auto` / `+rung=tiny` unless the overrides (or a recipe) choose them, and
     the working directory's ./conf to Hydra's search path (a user's own option files and
     recipes beside their data; a shipped option of the same name is found first)."""
-    out = list(overrides)
+    out = retired_overrides(overrides)
     register_recipes(out)
     user = USER_CONF.resolve()
     if user.is_dir() and user != CONF_DIR.resolve() and \
@@ -34,6 +34,26 @@ def default_overrides(overrides: Sequence[str]) -> list[str]:
         chosen = any(o.lstrip("+~").split("=", 1)[0] in (group, f"{group}@{group}") for o in out)
         if not chosen and group not in recipe_groups:
             out.append(f"+{group}={option}")
+    return out
+
+
+def retired_overrides(overrides: Sequence[str]) -> list[str]:
+    """`lane.kind=X` (before a lane was method × objective) → the keys that replace it, said in
+    one line: lora|qlora|full → lane.method; dpo → lane.method=lora lane.objective=dpo."""
+    import sys
+
+    from mens.config.objectives import kind_to_keys
+
+    out = []
+    for o in overrides:
+        key, eq, value = o.partition("=")
+        if eq and key.lstrip("+~") == "lane.kind":
+            keys = [f"lane.{k}={v}" for k, v in kind_to_keys(value.strip()).items()]
+            print(f"mens: note: `{o}` is a retired key (a lane is lane.method × lane.objective): "
+                  f"read as {' '.join(keys)}", file=sys.stderr)
+            out += keys
+        else:
+            out.append(o)
     return out
 
 

@@ -77,6 +77,12 @@ def _full_key(text: str) -> str | None:
 
 
 def unknown_key_error(key: str | None) -> ConfigError:
+    if key == "lane.kind":   # a lane option file from before a lane was method × objective
+        return ConfigError(
+            "`lane.kind` is a retired key: a lane is `method` (lora | qlora | full) × "
+            "`objective` (sft | dpo | orpo | simpo | kto | grpo). In the lane's option file write "
+            "`method: lora` for `kind: lora` (qlora, full alike), and `method: lora` plus "
+            "`objective: dpo` for `kind: dpo`.", key="lane.kind")
     near = difflib.get_close_matches(key or "", list(schema_keys()), n=1, cutoff=0.6)
     hint = f" Did you mean `{near[0]}`?" if near else ""
     return ConfigError(

@@ -15,8 +15,15 @@ from omegaconf import MISSING
 AUTO = "auto"
 # PEFT target names of every linear layer in a Qwen3 decoder layer: the one list of LoRA targets
 LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
-# DPO losses mens.train.module implements (TRL's DPOTrainer loss_type names)
+# DPO losses mens.objective.dpo implements (TRL's DPOTrainer loss_type names)
 DPO_LOSSES = ("sigmoid", "hinge", "ipo")
+# A lane is a method (how the weights train) × an objective (what they train toward); the
+# objectives' torch-free facts are their cards in mens.config.objectives
+METHODS = ("lora", "qlora", "full")
+OBJECTIVES = ("sft", "dpo", "orpo", "simpo", "kto", "grpo")
+GRPO_LOSSES = ("dapo", "grpo", "bnpo")      # TRL's GRPOConfig loss_type names (dapo: its default)
+GRPO_REWARDS = ("pass", "partial", "teacher")   # mens.objective.rewards.KINDS
+GRPO_SCALES = ("group", "batch", "none")         # TRL's scale_rewards
 
 
 @dataclass
@@ -157,11 +164,13 @@ class QuantConfig:
 @dataclass
 class OptimizerConfig:
     name: str = "adamw"              # adamw | adamw_8bit | sgd
-    lr: Any = AUTO                   # auto: the rung's lora_lr (lora/qlora/dpo) or full_lr
+    lr: Any = AUTO                   # auto: the rung's lora_lr (lora/qlora) or full_lr (full)
     weight_decay: float = 0.0
     betas: List[float] = field(default_factory=lambda: [0.9, 0.999])
 
 
+# Each objective's section, with TRL's defaults (its *Config classes): only the selected
+# objective's section is validated (mens.config.validate) and read.
 @dataclass
 class DpoConfig:
     beta: float = 0.1                # > 0: the temperature of the implicit reward
@@ -169,15 +178,55 @@ class DpoConfig:
 
 
 @dataclass
+class OrpoConfig:
+    beta: float = 0.1                # λ: the weight of the odds-ratio term beside the SFT loss
+
+
+@dataclass
+class SimpoConfig:
+    beta: float = 2.0                # the reward scale of the length-normalised log-prob
+    gamma_beta_ratio: float = 0.5    # the target margin γ as a fraction of β
+
+
+@dataclass
+class KtoConfig:
+    beta: float = 0.1
+    desirable_weight: float = 1.0    # λ_D: weight of records labelled desirable (label true)
+    undesirable_weight: float = 1.0  # λ_U: weight of records labelled undesirable
+
+
+@dataclass
+class GrpoConfig:
+    num_generations: int = 4         # completions sampled per prompt (the group)
+    max_completion_length: int = 64  # tokens generated per completion
+    temperature: float = 1.0         # of the sampling
+    beta: float = 0.04               # KL weight to the reference (0: no reference pass); TRL 1.x
+    #                                  defaults to 0, DeepSeekMath's GRPO used 0.04
+    epsilon: float = 0.2             # the clip's lower side
+    epsilon_high: Optional[float] = None   # the clip's upper side; null: epsilon
+    loss_type: str = "dapo"          # dapo | grpo | bnpo (GRPO_LOSSES; TRL's default dapo)
+    reward: str = "partial"          # pass | partial (the spoke's own oracle; partial: the share
+    #                                  of an answer's pieces that pass) | teacher (the teacher= judge)
+    scale_rewards: str = "group"     # group | batch | none (TRL's scale_rewards; none: Dr. GRPO)
+    format_reward: float = 0.0       # weight of the format reward beside the oracle's
+    oracle_timeout_s: float = 10.0   # per completion; a timeout is a failed reward
+
+
+@dataclass
 class LaneConfig:
     name: str = MISSING
-    kind: str = MISSING              # lora | qlora | full | dpo
+    method: str = MISSING            # lora | qlora | full (METHODS): how the weights train
+    objective: str = "sft"           # sft | dpo | orpo | simpo | kto | grpo (OBJECTIVES): toward what
     precision: str = AUTO            # auto | bf16 | fp16 | fp32  (auto: the tier's default)
     gradient_checkpointing: Any = AUTO   # auto | true | false
     lora: Optional[LoraConfig] = None
-    quantization: Optional[QuantConfig] = None
+    quantization: QuantConfig = field(default_factory=QuantConfig)   # read by method qlora only
     optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
-    dpo: Optional[DpoConfig] = None
+    dpo: DpoConfig = field(default_factory=DpoConfig)
+    orpo: OrpoConfig = field(default_factory=OrpoConfig)
+    simpo: SimpoConfig = field(default_factory=SimpoConfig)
+    kto: KtoConfig = field(default_factory=KtoConfig)
+    grpo: GrpoConfig = field(default_factory=GrpoConfig)
 
 
 @dataclass

@@ -2,7 +2,8 @@
 
 Keys the schema does not define (Hydra accepts `+train.seq_lenn=512` silently), the `auto`-able
 knobs, every number's valid values (RANGES: `hw.memory_gb=-3` is a ConfigError naming the key,
-not a plan for -3 GiB), string choices (CHOICES) and the sections a lane kind needs. Each error
+not a plan for -3 GiB), string choices (CHOICES); of the lane's sections only those it reads are checked (its
+objective's, and lane.quantization on method qlora). Each error
 is one paragraph naming the key, the value and an example of a good one (exit 2).
 """
 from __future__ import annotations
@@ -15,7 +16,8 @@ from typing import Iterable
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from mens.config.explain import unknown_key_error
-from mens.config.schema import (AUTO, AUTO_INTS, DATA_FORMATS, DPO_LOSSES, SYNTH_STRATEGIES,
+from mens.config.schema import (AUTO, AUTO_INTS, DATA_FORMATS, DPO_LOSSES, GRPO_LOSSES,
+                                GRPO_REWARDS, GRPO_SCALES, METHODS, OBJECTIVES, SYNTH_STRATEGIES,
                                 TEACHER_TIERS, TRAIN_PATHS, MensConfig)
 from mens.errors import ConfigError
 
@@ -46,6 +48,8 @@ def validate(cfg: DictConfig) -> None:
             f"`lane.gradient_checkpointing={gc}` is not valid: use auto, true or false.",
             key="lane.gradient_checkpointing")
     for key, allowed in CHOICES.items():
+        if _unselected(cfg, key):
+            continue
         for where, value in _values(cfg, key):
             if value not in allowed:
                 near = difflib.get_close_matches(str(value), [str(a) for a in allowed], n=1)
@@ -54,6 +58,8 @@ def validate(cfg: DictConfig) -> None:
                     f"`{where}={value}` is not valid{hint}: it takes one of "
                     f"{', '.join(map(str, allowed))}.", key=where)
     for key, rule in RANGES.items():
+        if _unselected(cfg, key):
+            continue
         for where, value in _values(cfg, key):
             if not rule.accepts(value):
                 raise ConfigError(
@@ -61,13 +67,12 @@ def validate(cfg: DictConfig) -> None:
                     f"{f' — {rule.note}' if rule.note else ''} (e.g. "
                     f"`{_override_key(key, where, rule.example)}={rule.example}`).", key=where)
     _check_lists(cfg)
-    _check_lane_sections(cfg)
 
 
 def _values(cfg: DictConfig, key: str) -> Iterable[tuple[str, object]]:
     """(concrete key, value) pairs of a table key. `[]` stands for every item of a list
     (`spoke.sources[].weight` → `spoke.sources[0].weight`, ...). Absent nodes yield nothing:
-    `lane.lora` is null on lane=full, `lane.dpo` off the dpo lane; a null Optional value is
+    `lane.lora` is null on lane=full; a null Optional value is
     fine here (Hydra already refused null where the schema does not allow it)."""
     if OmegaConf.select(cfg, key.split(".")[0], default=None) is None:
         return   # a section absent or missing (`teacher` in a rerun of a training run)
@@ -214,6 +219,26 @@ RANGES: dict[str, Range] = {
     "lane.optimizer.betas[]": Range(lo=0, hi=1, hi_open=True, example="[0.9,0.999]",
                                     note="Adam's two moment decay rates"),
     "lane.dpo.beta": _pos("the DPO temperature (TRL's default 0.1)", "0.1"),
+    "lane.orpo.beta": _pos("the weight λ of ORPO's odds-ratio term (TRL's default 0.1)", "0.1"),
+    "lane.simpo.beta": _pos("SimPO's reward scale (the SimPO paper's 2.0; TRL's CPOConfig 0.1)",
+                            "2.0"),
+    "lane.simpo.gamma_beta_ratio": _nonneg("SimPO's target margin γ over β (the paper's 0.5; "
+                                           "TRL's simpo_gamma = this × β)", "0.5"),
+    "lane.kto.beta": _pos("the KTO temperature (TRL's default 0.1)", "0.1"),
+    "lane.kto.desirable_weight": _pos("the weight of desirable records", "1.0"),
+    "lane.kto.undesirable_weight": _pos("the weight of undesirable records", "1.0"),
+    "lane.grpo.num_generations": Range(lo=2, integer=True, example="4",
+                                       note="completions per prompt: a group of one has no "
+                                            "advantage"),
+    "lane.grpo.max_completion_length": _count("tokens generated per completion", "64"),
+    "lane.grpo.temperature": _pos("the sampling temperature", "1.0"),
+    "lane.grpo.beta": _nonneg("the KL weight to the reference; 0: no reference pass", "0.04"),
+    "lane.grpo.epsilon": Range(lo=0, hi=1, lo_open=True, hi_open=True, example="0.2",
+                               note="the clip's lower side"),
+    "lane.grpo.epsilon_high": _pos("the clip's upper side; null: epsilon", "0.28"),
+    "lane.grpo.format_reward": _nonneg("the format reward's weight", "0.0"),
+    "lane.grpo.oracle_timeout_s": _pos("seconds per oracle call (a timeout fails the reward)",
+                                       "10"),
     "curriculum.epochs": _count("", "3"),
     "curriculum.pack_window": Range(lo=0, integer=True, example="2",
                                     note="how many phases apart two records may share a packed "
@@ -332,17 +357,18 @@ def _check_lists(cfg: DictConfig) -> None:
             key="curriculum.caps")
 
 
-def _check_lane_sections(cfg: DictConfig) -> None:
-    """The sections a lane kind reads (lora is checked by compile_run)."""
-    kind, name = OmegaConf.select(cfg, "lane.kind"), OmegaConf.select(cfg, "lane.name")
-    for needs, section, example in (("dpo", "dpo", "{beta: 0.1, loss: sigmoid}"),
-                                    ("qlora", "quantization",
-                                     "{type: nf4, double_quant: true, blocksize: 64}")):
-        if kind == needs and OmegaConf.select(cfg, f"lane.{section}", default=None) is None:
-            raise ConfigError(
-                f"lane {name} (kind {kind}) needs a `lane.{section}` section: add "
-                f"`{section}: {example}` to its option file, or use `lane={needs}`.",
-                key=f"lane.{section}")
+def _unselected(cfg: DictConfig, key: str) -> bool:
+    """A key of a section the lane does not read: an objective's other than lane.objective's,
+    lane.quantization off method qlora. Not validated (the sections all carry defaults — so
+    `lane=dpo lane.method=qlora` has its nf4 section — and only the selected one is read)."""
+    parts = key.split(".")
+    if len(parts) < 3 or parts[0] != "lane":
+        return False
+    if parts[1] == "quantization":
+        return OmegaConf.select(cfg, "lane.method", default=None) != "qlora"
+    if parts[1] not in OBJECTIVES:
+        return False
+    return parts[1] != (OmegaConf.select(cfg, "lane.objective", default=None) or "sft")
 
 
 CHOICES = {
@@ -358,11 +384,15 @@ CHOICES = {
     "data.source": ["spoke", "file", "hf"],
     "data.format": list(DATA_FORMATS),
     "data.collateral": ["spoke", "none"],
-    "lane.kind": ["lora", "qlora", "full", "dpo"],
+    "lane.method": list(METHODS),
+    "lane.objective": list(OBJECTIVES),
     "lane.precision": ["auto", "bf16", "fp16", "fp32"],
     "lane.quantization.type": ["nf4", "fp4"],
     "lane.optimizer.name": ["adamw", "adamw_8bit", "sgd"],
     "lane.dpo.loss": list(DPO_LOSSES),
+    "lane.grpo.loss_type": list(GRPO_LOSSES),
+    "lane.grpo.reward": list(GRPO_REWARDS),
+    "lane.grpo.scale_rewards": list(GRPO_SCALES),
     "train.schedule": ["cosine", "linear", "constant"],
     **{f"train.{k}": ["auto", *v] for k, v in TRAIN_PATHS.items()},
     "logger.kind": ["wandb", "csv", "tensorboard", "none"],

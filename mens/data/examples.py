@@ -34,8 +34,9 @@ def _text_examples(enc, rec: dict, max_len: int, phase: int, stats: dict) -> lis
 
 def examples_for(records, tokenizer, spec, phases, pairs: bool, max_len: int | None = None,
                  encode=None):
-    """{record id: Example} (SFT/text) or {id: (chosen, rejected, pair index)} (pairs), and
-    stats. encode: a RunEncoder (default: run_encoder(tokenizer, spec))."""
+    """{record id: Example} (SFT/text) or {id: (chosen, rejected, pair index)} (pairs; labeled
+    records, KTO's: {id: (completion, KL completion, index, label)}), and stats. encode: a
+    RunEncoder (default: run_encoder(tokenizer, spec))."""
     out, stats = {}, {"unsupervised_records_skipped": 0}
     max_len = max_len or spec.train.seq_len
     enc = encode or run_encoder(tokenizer, spec)
@@ -47,11 +48,19 @@ def examples_for(records, tokenizer, spec, phases, pairs: bool, max_len: int | N
         stats["unsupervised_records_skipped"] += 1
         return False
 
+    labeled = pairs and any(kind(r) == "labeled" for r in records)
+    kl_answer = mismatched(records, spec.train.micro_batch) if labeled else {}
     for r in records:
         if r["id"] in out:   # an upsampled repeat: one example (and one pair index) per record
             continue
         phase = phases.index(r["phase"])
-        if pairs:
+        if pairs and kind(r) == "labeled":   # KTO: (completion, KL completion, index, label)
+            ids, lab = encode(r["prompt"] + r["completion"], max_len, stats)
+            k_ids, k_lab = encode(r["prompt"] + kl_answer[r["id"]], max_len, stats)
+            if supervised(lab, k_lab):
+                out[r["id"]] = (Example(ids, lab, phase, r["id"]),
+                                Example(k_ids, k_lab, phase, r["id"]), len(out), r["label"])
+        elif pairs:
             c_ids, c_lab = encode(r["prompt"] + r["chosen"], max_len, stats)
             r_ids, r_lab = encode(r["prompt"] + r["rejected"], max_len, stats)
             if supervised(c_lab, r_lab):
@@ -67,6 +76,24 @@ def examples_for(records, tokenizer, spec, phases, pairs: bool, max_len: int | N
     if enc.notes:   # e.g. a system prompt folded into the first user turn: said, and recorded
         stats["template_notes"] = sorted(enc.notes)
     return out, stats
+
+
+def mismatched(records, micro: int) -> dict:
+    """{labeled record id: the completion its KL row pairs with its prompt} (KTO's KL baseline
+    z₀ scores mismatched pairs): TRL's rotation, completions moved by one within each batch of
+    micro_batch records in data order — (x₁, y_n), (x₂, y₁) … (x_n, y_{n−1}) — so a batch's
+    mismatched answers are its own answers, paired with other prompts (a batch of one: its own).
+    Upsampled repeats count once, as the examples do."""
+    seen, out = {}, {}
+    for r in records:
+        if kind(r) == "labeled":
+            seen.setdefault(r["id"], r)
+    recs = list(seen.values())
+    for i in range(0, len(recs), max(int(micro), 1)):
+        chunk = recs[i:i + micro]
+        for j, r in enumerate(chunk):
+            out[r["id"]] = chunk[j - 1]["completion"]
+    return out
 
 
 def example_records(records, examples: dict) -> list[dict]:

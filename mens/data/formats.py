@@ -1,10 +1,11 @@
 """One user record (any supported format) → mens's record, and the one place that tells a
 record's kind.
 
-mens's records come in three kinds (`kind()`; the only code in mens that looks at a record's keys
+mens's records come in four kinds (`kind()`; the only code in mens that looks at a record's keys
 to decide — tests/data/test_records.py scans mens/ for any other):
     chat   {"messages": [{"role", "content"}, …]}
     pair   {"prompt", "chosen", "rejected"}   message lists (a DPO preference pair)
+    labeled {"prompt", "completion", "label"}  messages + desirable or not (KTO; `unpair()`)
     text   {"text"}                            continued pre-training
 
 Input formats, each registered once in FORMATS with its `detect` and `normalize` (detected from the
@@ -15,6 +16,7 @@ record's keys, after `data.columns` renames them, unless `data.format` says whic
     prompt_completion  {"prompt", "completion"}                              strings or messages
     text               {"text"}                                              continued pre-training
     preference         {"prompt"?, "chosen", "rejected"}                     DPO (TRL's forms)
+    labeled            {"prompt", "completion", "label": bool}               KTO (TRL's unpaired form)
 Every problem is a `Bad(key, why)`: the caller adds file:line and raises DataError. No torch.
 """
 from __future__ import annotations
@@ -22,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Literal
 
-Kind = Literal["chat", "pair", "text"]
+Kind = Literal["chat", "pair", "labeled", "text"]
 ROLES = ("system", "user", "assistant", "tool")
 SHAREGPT_ROLES = {"system": "system", "human": "user", "user": "user", "gpt": "assistant",
                   "assistant": "assistant", "tool": "tool", "function_call": "assistant",
@@ -34,24 +36,29 @@ def kind(rec: dict) -> Kind:
     `messages`), so a corpus pair that lacks `chosen` is reported as that, not as a chat without
     `messages`; a text by its `text`."""
     if "prompt" in rec:
-        return "pair"
+        return "labeled" if "label" in rec else "pair"
     return "text" if "text" in rec else "chat"
 
 
 def turns(rec: dict, answer: str = "chosen") -> list[dict]:
     """The conversation a record holds: a chat's messages, a pair's prompt + its `answer`
-    ("chosen" or "rejected"). A text record has none; synthesis reads records still being
+    ("chosen" or "rejected"), a labeled record's prompt + completion. A text record has none; synthesis reads records still being
     written, so a missing list is empty too."""
     k = kind(rec)
     if k == "pair":
         return [*(rec.get("prompt") or []), *(rec.get(answer) or [])]
+    if k == "labeled":
+        return [*(rec.get("prompt") or []), *(rec.get("completion") or [])]
     return (rec.get("messages") or []) if k == "chat" else []
 
 
 def answers(rec: dict) -> list[dict]:
     """The turns that answer: a pair's chosen answer, or all of a chat's turns (callers keep its
     assistant turns); [] where a (partial) record has none."""
-    return (rec.get("chosen") or []) if kind(rec) == "pair" else chat(rec)
+    k = kind(rec)
+    if k == "labeled":
+        return rec.get("completion") or []
+    return (rec.get("chosen") or []) if k == "pair" else chat(rec)
 
 
 def chat(rec: dict) -> list[dict]:
@@ -198,6 +205,36 @@ def _pair(rec: dict, system: str | None) -> dict:
     return {"prompt": prompt, "chosen": chosen, "rejected": rejected}
 
 
+def _labeled(rec: dict, system: str | None) -> dict:
+    """TRL's unpaired preference form (KTO): a prompt, one completion and whether it is
+    desirable (`label`: true) or not."""
+    for k in ("prompt", "completion", "label"):
+        if k not in rec:
+            raise Bad(k, f"missing field `{k}`")
+    if not isinstance(rec["label"], bool):
+        raise Bad("label", f"`label` must be true (desirable) or false, not {rec['label']!r}")
+    prompt = _with_system(_as_messages(rec["prompt"], "prompt", "user"), system)
+    check_turns(prompt, "prompt", need_answer=False)
+    if prompt[-1]["role"] != "user":
+        raise Bad("prompt", "`prompt` must end with a user turn")
+    completion = _as_messages(rec["completion"], "completion", "assistant")
+    if [m["role"] for m in completion] != ["assistant"]:
+        raise Bad("completion", "`completion` must be one assistant answer")
+    return {"prompt": prompt, "completion": completion, "label": rec["label"]}
+
+
+def unpair(records: list[dict]) -> list[dict]:
+    """Pairs → labeled records (KTO from preference data): the chosen answer desirable, the
+    rejected one not. Each keeps the pair's other fields; its id gets `:chosen` / `:rejected`."""
+    out = []
+    for r in records:
+        rest = {k: v for k, v in r.items() if k not in ("chosen", "rejected", "id")}
+        for answer, good in (("chosen", True), ("rejected", False)):
+            out.append({**rest, "id": f"{r.get('id', '')}:{answer}", "prompt": r["prompt"],
+                        "completion": r[answer], "label": good})
+    return out
+
+
 def _chat(read: Callable[[dict], list[dict]], key: str = "messages"):
     """A chat format's normalize: its messages (`read`), the system prompt, then the turn checks
     (errors name the list `key`)."""
@@ -236,24 +273,28 @@ FORMATS: dict[str, Format] = {f.name: f for f in (   # the listing order of erro
     Format("text", "text", '{"text": …}', lambda r: "text" in r, _plain),
     Format("preference", "pair", '{"prompt": …, "chosen": …, "rejected": …}',
            lambda r: "chosen" in r and "rejected" in r, _pair),
+    Format("labeled", "labeled", '{"prompt": …, "completion": …, "label": true|false}',
+           lambda r: "label" in r and "completion" in r and "prompt" in r, _labeled),
 )}
 EXPECTED = {f.name: f.expected for f in FORMATS.values()}
 # a format's kind in the words of `lane` and a spoke's `sources[].kind` (stats, errors)
-DATA_KIND = {f.name: {"chat": "sft", "pair": "preference", "text": "text"}[f.kind]
+DATA_KIND = {f.name: {"chat": "sft", "pair": "preference", "labeled": "labeled",
+                      "text": "text"}[f.kind]
              for f in FORMATS.values()}
 
 
 def detect(rec: dict) -> str | None:
     """The format a record's keys say, or None. A pair is tried first: its chosen/rejected may
     sit beside another format's keys (a `prompt`, whole chats); then the listing order."""
-    for f in sorted(FORMATS.values(), key=lambda f: f.kind != "pair"):
+    for f in sorted(FORMATS.values(), key=lambda f: (f.kind != "pair", f.kind != "labeled")):
         if f.detect(rec):
             return f.name
     return None
 
 
 def normalize(rec: dict, fmt: str, system: str | None = None) -> dict:
-    """The record in mens's form: {"messages"} | {"prompt", "chosen", "rejected"} | {"text"}."""
+    """The record in mens's form: {"messages"} | {"prompt", "chosen", "rejected"} |
+    {"prompt", "completion", "label"} | {"text"}."""
     if not isinstance(rec, dict):
         raise Bad("record", "each record must be a JSON object")
     if fmt not in FORMATS:

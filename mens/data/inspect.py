@@ -12,14 +12,14 @@ BAR = 40
 
 
 def _spoke_dataset(cfg):
+    from mens.config.objectives import card
     from mens.data.corpus import load_eval, load_spoke
-    from mens.data.formats import kind
+    from mens.data.select import spoke_records
     from mens.data.sources import Dataset
 
-    pairs = cfg.lane.kind == "dpo"
     train, stats = load_spoke(cfg.spoke, "train", seed=cfg.train.seed)
-    train = [r for r in train if (kind(r) == "pair") == pairs]
-    held = [r for r in load_eval(cfg.spoke) if (kind(r) == "pair") == pairs]
+    train, _ = spoke_records(train, cfg.lane)
+    held, _ = spoke_records(load_eval(cfg.spoke), cfg.lane)
     seen, uniq = set(), []
     for r in train:   # the mix upsamples: count each record once
         if r["id"] not in seen:
@@ -28,7 +28,9 @@ def _spoke_dataset(cfg):
     stats = {"read": stats["read"], "below_min_rating": stats["below_min_rating"],
              "upsampled": stats.get("upsampled", 0), "eval_from": "the spoke's eval.jsonl",
              "train_records": len(uniq), "eval_records": len(held)}
-    return Dataset(uniq, held, "preference" if pairs else "sft", "mens (spoke corpus)", stats)
+    record = card(cfg.lane).record
+    kind = {"chat": "sft", "pairs": "preference"}.get(record, record)
+    return Dataset(uniq, held, kind, "mens (spoke corpus)", stats)
 
 
 def histogram(tokens: list[int], bins: int = 10) -> list[str]:
@@ -49,7 +51,7 @@ def inspect(cfg, seq_len: int | None = None) -> dict:
     from mens.data.select import data_label, dataset, user_data
 
     user = user_data(cfg)
-    ds = dataset(cfg.data, cfg.lane.kind, list(cfg.curriculum.phases)) if user \
+    ds = dataset(cfg.data, cfg.lane.objective, list(cfg.curriculum.phases)) if user \
         else _spoke_dataset(cfg)
     name = data_label(cfg.data) if user else f"spoke {cfg.spoke.name}"
     enc = L.encoder(cfg)

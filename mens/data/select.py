@@ -45,10 +45,10 @@ def _plain(v):
 
 
 @lru_cache(maxsize=8)
-def _dataset(data_json: str, lane_kind: str, phases: tuple, stamp: tuple):
+def _dataset(data_json: str, objective: str, phases: tuple, stamp: tuple):
     from mens.data.sources import load_data
 
-    return load_data(json.loads(data_json), lane_kind, phases)
+    return load_data(json.loads(data_json), objective, phases)
 
 
 def _stamp(data: dict) -> tuple:
@@ -66,23 +66,39 @@ def _stamp(data: dict) -> tuple:
     return tuple(out)
 
 
-def dataset(data, lane_kind: str, phases) -> object:
+def dataset(data, objective: str, phases) -> object:
     """mens.data.sources.Dataset of a `data` section (cached per process while its files are
     unchanged: plan and train read them once)."""
     plain = _plain(data)
-    return _dataset(json.dumps(plain, sort_keys=True), lane_kind, tuple(phases), _stamp(plain))
+    return _dataset(json.dumps(plain, sort_keys=True), objective, tuple(phases), _stamp(plain))
+
+
+def spoke_records(records: list[dict], lane) -> tuple[list[dict], int]:
+    """(records the lane's objective trains on, how many were left out) of a spoke's corpus:
+    its card's record kind, converted from one it accepts (KTO unpairs pairs)."""
+    from mens.config.objectives import card
+    from mens.data.formats import unpair
+
+    c = card(lane)
+    pairs = "pairs" in c.record_kinds() and "chat" not in c.record_kinds()
+    kept = [r for r in records if (kind(r) == "pair") == pairs]   # pairs, or SFT: the rest
+    left = len(records) - len(kept)
+    return (unpair(kept) if c.record == "labeled" else kept), left
 
 
 def train_records(spec) -> tuple[list[dict], dict, str]:
-    """(records, stats, label): the records this run trains on (pairs for dpo, SFT otherwise)."""
-    pairs = spec.lane.kind == "dpo"
+    """(records, stats, label): the records this run trains on (the objective's card says
+    which kind: pairs for dpo, SFT chats for sft …)."""
+    from mens.config.objectives import card
+
     if user_data(spec):
-        ds = dataset(spec.data, spec.lane.kind, spec.curriculum.phases)
+        ds = dataset(spec.data, spec.lane.objective, spec.curriculum.phases)
         stats = {k: v for k, v in ds.stats.items()}
         return list(ds.train), stats, data_label(spec.data)
     records, stats = load_spoke(spec.spoke, split="train", seed=spec.train.seed)
-    kept = [r for r in records if (kind(r) == "pair") == pairs]   # dpo trains on pairs, SFT on the rest
-    stats[f"excluded_{'sft' if pairs else 'pair'}_records"] = len(records) - len(kept)
+    kept, left = spoke_records(records, spec.lane)
+    pairs = "chat" not in card(spec.lane).record_kinds()
+    stats[f"excluded_{'sft' if pairs else 'pair'}_records"] = left
     return kept, stats, spec.spoke.name
 
 
@@ -100,7 +116,7 @@ def eval_records(spec) -> dict:
 
     out = {}
     if user_data(spec):
-        ds = dataset(spec.data, spec.lane.kind, spec.curriculum.phases)
+        ds = dataset(spec.data, spec.lane.objective, spec.curriculum.phases)
         out["eval"] = (data_label(spec.data), list(ds.eval))
         if _get(spec.data, "collateral", "spoke") == "none":
             return out

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from mens.data import clean
 from mens.run.hashing import sha256
-from mens.data.formats import DATA_KIND, EXPECTED, Bad, detect, normalize, rename, words
+from mens.data.formats import DATA_KIND, EXPECTED, Bad, detect, normalize, rename, unpair, words
 from mens.errors import DataError
 
 EXTENSIONS = (".jsonl", ".json", ".parquet", ".csv")
@@ -223,16 +223,20 @@ def _empty(what: str, stats: dict, hint: str, key: str) -> DataError:
                      key=key)
 
 
-def load_data(data, lane_kind: str, phases=("warmup",)) -> Dataset:
-    """The whole pipeline; raises DataError for anything the data or its filters get wrong."""
+def load_data(data, objective: str, phases=("warmup",)) -> Dataset:
+    """The whole pipeline; raises DataError for anything the data or its filters get wrong.
+    objective: lane.objective; its card says which record kinds it trains on (and converts)."""
+    from mens.config.objectives import RECORD_OF, WANT, card, for_data
+
     records, fmt, stats, lock = load_records(data, phases)
     kind = DATA_KIND.get(fmt, "sft")
-    if (lane_kind == "dpo") != (kind == "preference"):
-        want = "preference pairs (prompt/chosen/rejected)" if lane_kind == "dpo" else \
-            "SFT records (chat, ShareGPT, Alpaca, prompt/completion or text)"
-        raise DataError(f"lane {lane_kind} trains on {want}, but {records[0]['where'] if records else 'the data'} "
-                        f"is {fmt}. Use {'lane=dpo' if kind == 'preference' else 'lane=lora'} "
-                        f"for this data, or give {want}.", key="data.path")
+    c = card(objective)
+    if RECORD_OF.get(kind, "chat") not in c.record_kinds():
+        want = " or ".join(WANT[k] for k in c.record_kinds())
+        raise DataError(f"lane.objective={objective} trains on {want}, but "
+                        f"{records[0]['where'] if records else 'the data'} is {fmt}. Use "
+                        f"lane.objective={for_data(kind)} for this data, or give {want}.",
+                        key="data.path")
     if not records:
         which = "min_rating filter" if stats["below_min_rating"] else "tags filter"
         raise _empty(which, stats, "lower `data.min_rating` or change `data.tags`.",
@@ -276,5 +280,8 @@ def load_data(data, lane_kind: str, phases=("warmup",)) -> Dataset:
                 "raise `data.eval_fraction` or give `data.eval_path`")
         raise DataError(f"no held-out records are left ({clean.describe(stats)}; eval from "
                         f"{how}): {hint}.", key="data.eval_fraction")
+    if RECORD_OF.get(kind, "chat") == "pairs" and c.record == "labeled":   # KTO from pairs
+        train, held = unpair(train), unpair(held)
+        stats["unpaired"] = True
     stats.update(format=fmt, kind=kind, train_records=len(train), eval_records=len(held))
     return Dataset(train, held, kind, fmt, stats, lock)

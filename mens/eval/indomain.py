@@ -17,6 +17,8 @@ from __future__ import annotations
 import sys
 
 from mens.eval.stats import pass_at_k, paired
+# what the oracle judges: the answer in its record (mens.objective's GRPO rewards build it too)
+from mens.synth.oracle_checks import oracle_record
 
 GROUPS = {"spoke": "in_domain", "collateral": "collateral"}
 
@@ -223,19 +225,3 @@ def _last_user(rec: dict) -> tuple[int, str]:
     msgs = rec["messages"]
     i = max(j for j, m in enumerate(msgs) if m["role"] == "user")
     return i, msgs[i]["content"]
-
-
-def oracle_record(rec: dict, head: list[dict], text: str, check: str) -> dict:
-    """The record with the model's answer as its assistant turn (what the oracle judges). A
-    check of answers alone (oracle_checks.PER_ANSWER) sees the system prompt, the last user turn
-    and this answer: the earlier assistant turns of a multi-turn prompt are the data's, and their
-    blocks must not pass (or fail) for the model; a check of the exchange that credits only the
-    answer (CONTEXT_AS_INPUT) gets those turns as input."""
-    from mens.synth.oracle_checks import CONTEXT_AS_INPUT, PER_ANSWER
-
-    if check in PER_ANSWER:
-        head = [m for m in head[:-1] if m["role"] == "system"] + head[-1:]
-    elif check in CONTEXT_AS_INPUT:
-        head = [dict(m, role="user") if m["role"] == "assistant" else m for m in head]
-    return {**{key: v for key, v in rec.items() if key != "messages"},
-            "messages": head + [{"role": "assistant", "content": text}]}

@@ -16,6 +16,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from mens.errors import EXIT_OK, ConfigError
+from mens.config.objectives import lane_fields
 from mens.run.rundir import RunDir, atomic_write
 
 EVAL_JSON, EVAL_MD, EVAL_LOG = "eval.json", "eval.md", "eval.jsonl"
@@ -146,7 +147,7 @@ def evaluate(cfg: DictConfig, out_dir: Path) -> dict:
     result = {
         "kind": "mens.eval", "version": 1, "run": str(run) if run else None,
         "dir": str(dest), "rung": spec.rung.name, "spoke": spec.spoke.name,
-        "lane": spec.lane.kind, "artifact_sha256": artifact_sha256(run) if run else None,
+        **lane_fields(spec.lane), "artifact_sha256": artifact_sha256(run) if run else None,
         "models": models, "spec": OmegaConf.to_container(ev, resolve=True),
         "plan": {m: p.to_dict() for m, p in planned["plans"].items()},
         "notes": planned["notes"] + list(slots.notes), "rows": rows,

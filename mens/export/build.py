@@ -184,7 +184,7 @@ def _source(run: Path, cfg) -> dict:
     rc = load_rerun(str(run))
     if cfg.rung.path:
         rc.rung.path = cfg.rung.path           # the base's weights live elsewhere on this machine
-    lane, notes = rc.lane.kind, []
+    lane, notes = rc.lane.method, []
     if lane == "full":
         model = RunDir(run).model
         if RunDir(run).artifact != model:

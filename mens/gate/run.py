@@ -23,6 +23,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from mens.data.corpus import corpus_lock
+from mens.config.objectives import lane_fields
 from mens.errors import EXIT_OK, EXIT_REFUSED, ConfigError
 from mens.resources import CORPORA
 from mens.run.receipt import artifact_sha256, write_receipt
@@ -172,7 +173,7 @@ def gate_run(run: Path | str, cfg: DictConfig, corpora: Path | str = CORPORA) ->
     raw = (run / "eval.json").read_bytes()
     receipt = {
         "run": str(run), "rung": spec.rung.name, "rung_commit": spec.rung.commit,
-        "spoke": result["spoke"], "lane": spec.lane.kind, "artifact_sha256": sha,
+        "spoke": result["spoke"], **lane_fields(spec.lane), "artifact_sha256": sha,
         "verdict": verdict, "reasons": reasons,
         "thresholds": OmegaConf.to_container(cfg.gate, resolve=True),
         "metric": metric, "metric_why": why_metric, "in_domain": own, "guards": guards,

@@ -32,6 +32,7 @@ from omegaconf import DictConfig, OmegaConf
 from mens.run.hashing import sha256
 from mens.config import schema
 from mens.config.options import spokes
+from mens.config.objectives import lane_fields
 from mens.errors import EXIT_OK, MensError
 from mens.data.corpus import corpus_lock
 from mens.run.receipt import read_receipt, receipt_status
@@ -223,7 +224,7 @@ def cell_state(rung: str, spoke: str, run: Path | None, plan: dict,
         status, gate_why = receipt_status(run, receipt or {})
         stale = (base_changes(spec) + corpus_changes(run, spoke, corpora) + data_changes(spec)
                  + contract_changes(run, spec))
-        cell.update(run=str(run), lane=(spec.get("lane") or {}).get("kind"),
+        cell.update(run=str(run), lane=lane_fields(spec.get("lane"))["lane"],
                     commit=rung_d.get("commit"),
                     planned_peak_bytes=RunDir(run).read_json(RunDir.PLAN).get("peak_bytes"),
                     measured_peak_bytes=summary.get("measured_peak_bytes"),
@@ -269,7 +270,7 @@ def ladder(cfg: DictConfig, rungs: list[str] | None = None, spoke_names: list[st
             cell = cell_state(r, s, found[0] if found else None, plan_cell(cfg, r, s), corpora)
             cell["runs"] = len(found)
             cells.append(cell)
-    return {"runs_root": str(root.resolve()), "lane": cfg.lane.kind, "hw": cfg.hw.name,
+    return {"runs_root": str(root.resolve()), **lane_fields(cfg.lane), "hw": cfg.hw.name,
             "generated": time.time(), "rungs": rungs, "spokes": spoke_names, "cells": cells}
 
 

@@ -203,13 +203,13 @@ def _device(backend: str) -> str:
 
 
 def apply_lane(model, lane, init_adapter: str | None = None):
-    """LoRA/QLoRA/DPO: a PEFT adapter (fp32) on a frozen base; full: every weight trains."""
+    """LoRA/QLoRA (any objective): a PEFT adapter (fp32) on a frozen base; full: every weight trains."""
     import torch
 
     if lane.gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         model.config.use_cache = False
-    if lane.kind == "full":
+    if lane.method == "full":
         for p in model.parameters():
             p.requires_grad_(True)
         return model
@@ -237,7 +237,7 @@ def load_model(spec, notes: list[str] | None = None, before_base=None, attn: str
     tokenizer = tokenizer if tokenizer is not None else load_tokenizer(spec.rung, notes)
     if before_base is not None:
         before_base()
-    base = load_base(spec.rung, spec.lane.kind, spec.lane.precision, spec.hw.backend,
+    base = load_base(spec.rung, spec.lane.method, spec.lane.precision, spec.hw.backend,
                      spec.train.seed, spec.lane.quantization, attn, notes)
     return apply_lane(base, spec.lane, spec.train.init_adapter), tokenizer
 

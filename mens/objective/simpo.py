@@ -11,6 +11,9 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from mens.objective.base import Objective, Step
+from mens.objective.preference import across_ranks, kept, mean_logps, reduce_metrics, safe
+
 
 def simpo_losses(chosen_logps_mean: torch.Tensor, rejected_logps_mean: torch.Tensor, beta: float,
                  gamma_beta_ratio: float) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
@@ -30,3 +33,24 @@ def simpo_losses(chosen_logps_mean: torch.Tensor, rejected_logps_mean: torch.Ten
                "logps/chosen": chosen_logps_mean.detach(),
                "logps/rejected": rejected_logps_mean.detach()}
     return loss, metrics
+
+
+class Simpo(Objective):
+    """SimPO on pairs (mens.objective.dpo.pair_batch: chosen rows, then rejected rows)."""
+    name = "simpo"
+    KEYS = ("rewards/chosen", "rewards/rejected", "rewards/accuracies", "rewards/margins",
+            "logps/chosen", "logps/rejected")
+
+    def step(self, ctx: Step, batch: dict):
+        batch.pop("pair_index")
+        n = batch["input_ids"].shape[0] // 2
+        keep = kept(batch, n, batch["input_ids"].device)                            # (n,)
+        means = mean_logps(ctx.logps(batch), batch)                                   # (2n,)
+        chosen, rejected = safe(means[:n], keep), safe(means[n:], keep)
+        c = self.lane.simpo
+        if keep.any():
+            loss, metrics = simpo_losses(chosen[keep], rejected[keep], c.beta, c.gamma_beta_ratio)
+        else:               # every pair a repeat (the last batch of a rank): nothing to learn
+            loss, metrics = 0 * means.sum(), {}
+        loss = across_ranks(ctx, loss, keep.sum())
+        return loss, reduce_metrics(ctx, {**metrics, "loss": loss.detach()}, (*self.KEYS, "loss"))

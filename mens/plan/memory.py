@@ -81,7 +81,7 @@ class Arch:
 @dataclass(frozen=True)
 class LaneModel:
     """The parts of a lane that change memory."""
-    kind: str                        # lora | qlora | full | dpo
+    kind: str                        # the method: lora | qlora | full
     precision: str                   # bf16 | fp16 | fp32 (resolved)
     optimizer: str = "adamw"
     lora_r: int = 16
@@ -90,6 +90,22 @@ class LaneModel:
     double_quant: bool = True
     blocksize: int = 64
     frozen_adapter_copy: bool = False   # DPO from an SFT adapter keeps a frozen reference copy
+    # the objective (mens.config.objectives): its rows per record multiply the micro-batch's
+    # rows (a pair's chosen and rejected answer; GRPO's group), a reference it may need
+    objective: str = "sft"
+    rows_per_record: int = 1
+    reference: bool = False
+    # an objective that samples in its step (grpo): tokens generated per row (0: none), a frozen
+    # copy of the whole model as its in-step reference (full, or from train.init_adapter), and
+    # the host memory of its concurrent oracle processes (MiB; counted on the cpu backend)
+    generation_tokens: int = 0
+    reference_copy: bool = False
+    oracle_mib: float = 0.0
+
+    @property
+    def label(self) -> str:
+        """method for SFT (the cells and numbers from before objectives), method-objective else"""
+        return self.kind if self.objective == "sft" else f"{self.kind}-{self.objective}"
 
 
 @dataclass(frozen=True)
@@ -153,7 +169,7 @@ def usable_cell(contract: Mapping, key: str) -> Mapping | None:
 
 
 def cell_key(backend: str, lane: LaneModel, checkpointing: bool) -> str:
-    return f"{backend}/{lane.kind}/{'ckpt' if checkpointing else 'nockpt'}/{lane.precision}"
+    return f"{backend}/{lane.label}/{'ckpt' if checkpointing else 'nockpt'}/{lane.precision}"
 
 
 def nf4_bytes_per_param(double_quant: bool, blocksize: int, bits: int = 4) -> float:
@@ -182,7 +198,8 @@ def components(arch: Arch, lane: LaneModel, shape: Shape, backend: str,
     p = arch.params()
     wb = DTYPE_BYTES[lane.precision]           # frozen weights and activations
     tb = m["trainable_bytes"]                  # fp32 adapters / master weights
-    s, b = shape.seq_len, shape.micro_batch
+    # micro_batch counts records; a pair puts two rows in the batch, a GRPO prompt its group
+    s, b = shape.seq_len, shape.micro_batch * lane.rows_per_record
     h, i, L = arch.hidden, arch.intermediate, arch.layers
     q, kv = arch.heads * arch.head_dim, arch.kv_heads * arch.head_dim
 
@@ -195,7 +212,7 @@ def components(arch: Arch, lane: LaneModel, shape: Shape, backend: str,
         weights = int(dense * wb + p["linear"] * nf4_bytes_per_param(
             lane.double_quant, lane.blocksize, m["nf4_bits"]))
         trainable = arch.lora_params(lane.lora_r, lane.lora_targets)
-    else:  # lora, dpo: a frozen base plus adapters
+    else:  # lora: a frozen base plus adapters
         weights = p["total"] * wb
         trainable = arch.lora_params(lane.lora_r, lane.lora_targets)
     if lane.kind != "full":   # the largest adapter matrix: r × the widest target side
@@ -203,6 +220,10 @@ def components(arch: Arch, lane: LaneModel, shape: Shape, backend: str,
         largest = lane.lora_r * max((max(shapes[t]) for t in lane.lora_targets), default=0)
     if lane.frozen_adapter_copy:
         weights += trainable * tb
+    # grpo's in-step reference as a deepcopy of the model: full keeps fp32 masters, so does the
+    # copy; over a frozen base it copies the base and the adapters
+    reference_copy = (p["total"] * tb if lane.kind == "full" else weights + trainable * tb) \
+        if lane.reference_copy else 0
 
     # --- activations: (b, s, ·) tensors autograd keeps for backward ---------------------------
     # Split by tensor size: on CPU, glibc serves allocations of mmap_threshold and up from
@@ -289,14 +310,44 @@ def components(arch: Arch, lane: LaneModel, shape: Shape, backend: str,
         "activations": int(act[0]),
         "large_activations": int(act[1]),
         "checkpoints": int(checkpoints),
-        "logits": logits_bytes(arch, b * s, wb, m, paths["loss"]),
+        # grpo scores its completions with the whole head over the last T+1 positions
+        # (mens.objective.sampling.completion_logps): full logits of b·(T+1) tokens, whatever
+        # train.loss says; every other objective's rows go through the run's loss path
+        "logits": logits_bytes(arch, b * min(lane.generation_tokens + 1, s), wb, m,
+                               "full_logits") if lane.generation_tokens else
+        logits_bytes(arch, b * s, wb, m, paths["loss"]),
         "packing_mask": int(b * s * s * m["packing_mask_bytes"]) if masked else 0,
         "retention": int(retention),
         "overhead": int(m["overhead_gb"][backend] * GiB),
     }
     if world > 1:
         comps["communication"] = int(comm)
+    if lane.generation_tokens or lane.reference_copy or lane.oracle_mib:
+        comps.update(sampling(arch, lane, b, s, wb, backend, comps, reference_copy))
     return comps
+
+
+def sampling(arch: Arch, lane: LaneModel, rows: int, s: int, wb: int, backend: str,
+             step: Mapping[str, int], reference_copy: int) -> dict[str, int]:
+    """What an objective that samples in its step (grpo) adds.
+
+    generation: HF generate (no grad) holds the KV cache of every row — rows = prompts ×
+    num_generations, each at most seq_len = prompt + max_completion (the prompt is cut to fit) —
+    and the last position's fp32 logits and sampling probabilities. It runs before the step's
+    forward, so it adds only what exceeds the step's own transients (activations, checkpoints,
+    logits, mask), which are not yet allocated while it runs; the reference forward (adapters
+    off, no grad) keeps one layer's transients and the completion log-probs: less than the
+    policy's forward it precedes, so not a term of its own.
+    reference_copy: a frozen deepcopy of the model (full, or a run from an init adapter).
+    oracle_procs: the oracle's child processes run beside training — host memory, counted where
+    host memory is the budget (cpu)."""
+    kv = rows * s * arch.layers * 2 * arch.kv_heads * arch.head_dim * wb
+    probs = rows * arch.vocab * 4 * 2
+    transients = sum(step[k] for k in ("activations", "large_activations", "checkpoints",
+                                       "logits", "packing_mask"))
+    return {"generation": int(max(0, kv + probs - transients)) if lane.generation_tokens else 0,
+            "reference_copy": int(reference_copy),
+            "oracle_procs": int(lane.oracle_mib * 2**20) if backend == "cpu" else 0}
 
 
 def sharded(arch: Arch, weights: int, trainable: int, largest: int, world: int,

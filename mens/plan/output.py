@@ -9,6 +9,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
+from mens.config.objectives import label as lane_label, lane_fields
 from mens.errors import PlanRefused
 from mens.plan.memory import GiB, load_contract
 from mens.plan.planner import Plan
@@ -28,6 +29,9 @@ WHAT = {
     "retention": "freed memory the allocator keeps (CPU heap)",
     "overhead": "runtime overhead",
     "communication": "ddp gradient buckets / fsdp2 gathered layers + root (per device)",
+    "generation": "sampling's KV cache beyond the step's transients (grpo)",
+    "reference_copy": "frozen copy of the model: the in-step reference (grpo)",
+    "oracle_procs": "oracle child processes beside training (host memory)",
 }
 
 
@@ -38,7 +42,7 @@ def plan_run(cfg: DictConfig, out_dir: Path, purpose: str = "plan", write: bool 
     forced = not plan.fits and spec.plan.force
     record = {"verdict": plan.verdict, "forced": forced, "purpose": purpose,
               "budget_gb": spec.budget_gb, "hw": spec.hw.name, "backend": spec.hw.backend,
-              "rung": spec.rung.name, "lane": spec.lane.kind, "precision": spec.lane.precision,
+              "rung": spec.rung.name, **lane_fields(spec.lane), "precision": spec.lane.precision,
               "notes": list(spec.notes), "detected": spec.detected, **plan.to_dict()}
     run = RunDir(out_dir)
     run.path.mkdir(parents=True, exist_ok=True)
@@ -68,7 +72,8 @@ def write_spec(run: RunDir, spec) -> None:
 def refusal_message(spec, plan: Plan) -> str:
     s = plan.shape
     ways = "; ".join(plan.ways_out) or "none found among the named tiers and rungs"
-    return (f"the plan refuses: {spec.rung.name} on {spec.hw.name} with lane {spec.lane.kind} "
+    return (f"the plan refuses: {spec.rung.name} on {spec.hw.name} with lane "
+            f"{lane_label(spec.lane)} "
             f"needs at least {plan.peak_bytes / GiB:.2f} GiB (smallest shape tried: seq_len "
             f"{s.seq_len}, micro_batch {s.micro_batch}, checkpointing "
             f"{'on' if s.checkpointing else 'off'}) but the budget is "
@@ -90,7 +95,7 @@ def render(spec, plan: Plan, forced: bool = False) -> str:
     what = f"data {data_label(spec.data)}" if user_data(spec) else f"spoke {spec.spoke.name}"
     model = spec.rung.path or f"{spec.rung.repo_id}@{spec.rung.commit or rev}"
     con.print(f"mens plan · {spec.rung.name} ({model}, init {spec.rung.init}) · lane "
-              f"{spec.lane.kind} {spec.lane.precision} · {what} · hw {spec.hw.name} "
+              f"{lane_label(spec.lane)} {spec.lane.precision} · {what} · hw {spec.hw.name} "
               f"({spec.hw.backend}, {spec.hw.memory_gb:g} GiB)")
     if plan.params_total:
         share = plan.params_trainable / plan.params_total

@@ -239,9 +239,11 @@ def ways_out(req: PlanRequest, *, rungs: Mapping[str, Arch] = {},
     if req.lane.kind in ("lora", "full"):
         q = replace(loose, lane=replace(req.lane, kind="qlora"))
         if p := fits(q):
-            out.append(f"use QLoRA (`lane=qlora{also}`): predicted {_gb(p.peak_bytes)}")
+            out.append(f"use QLoRA (`{_method_key(req.lane, 'qlora')}{also}`): predicted "
+                       f"{_gb(p.peak_bytes)}")
     if req.lane.kind == "full" and (p := fits(replace(loose, lane=replace(req.lane, kind="lora")))):
-        out.append(f"use LoRA (`lane=lora{also}`): predicted {_gb(p.peak_bytes)}")
+        out.append(f"use LoRA (`{_method_key(req.lane, 'lora')}{also}`): predicted "
+                   f"{_gb(p.peak_bytes)}")
     s = req.seq_len // 2
     while s >= 128:
         if p := fits(replace(loose, seq_len=s)):
@@ -275,3 +277,9 @@ def ways_out(req: PlanRequest, *, rungs: Mapping[str, Arch] = {},
 
 def _gb(n: int) -> str:
     return f"{n / GiB:.2f} GiB"
+
+
+def _method_key(lane, method: str) -> str:
+    """The override that changes the method: `lane=qlora` for SFT (as before objectives), and
+    `lane.method=qlora` for another objective (it keeps the objective)."""
+    return f"lane={method}" if lane.objective == "sft" else f"lane.method={method}"

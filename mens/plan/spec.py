@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass
 from omegaconf import DictConfig, OmegaConf
 
 from mens.config import schema
+from mens.config.objectives import ORACLE_WORKERS, card, section, upgrade_lane
 from mens.config.options import freeze, load_option, spokes
 from mens.data.corpus import corpus_lock
 from mens.errors import ConfigError
@@ -45,14 +46,20 @@ class RunSpec:
     notes: tuple[str, ...]     # every place mens did something other than the spec said
     versions: dict
     data_lock: tuple = ()      # the data by content: [{path, sha256}] or [{dataset, revision}]
+    # frozen TeacherConfig: only a run whose training asks a teacher (grpo.reward=teacher) keeps
+    # it (its keys are env var names, never the keys: mens.synth.teacher)
+    teacher: object = None
 
     def to_dict(self) -> dict:
-        return json.loads(json.dumps(asdict(self)))
+        d = json.loads(json.dumps(asdict(self)))
+        if d["teacher"] is None:
+            d.pop("teacher")
+        return d
 
     def config_dict(self) -> dict:
         """The re-launchable part (what `rerun=` composes from)."""
         d = self.to_dict()
-        return {k: d[k] for k in SECTIONS}
+        return {k: d[k] for k in (*SECTIONS, "teacher") if k in d}
 
 
 def resolve_seq_len(cfg: DictConfig, notes: list[str], dataset=None) -> int:
@@ -134,8 +141,8 @@ def resolve_devices(cfg: DictConfig, detection: dict | None, purpose: str,
         raise ConfigError(f"hw.strategy=single with {world} devices (hw.devices × hw.nodes): "
                           f"use hw.strategy=auto, ddp or fsdp2, or hw.devices=1.",
                           key="hw.strategy")
-    if hw.strategy == "fsdp2" and cfg.lane.kind != "full":
-        raise ConfigError(f"hw.strategy=fsdp2 shards the full lane; lane {cfg.lane.kind} trains "
+    if hw.strategy == "fsdp2" and cfg.lane.method != "full":
+        raise ConfigError(f"hw.strategy=fsdp2 shards the full lane; lane {cfg.lane.name} trains "
                           f"adapters over a replicated base: use hw.strategy=auto (ddp) or "
                           f"lane=full.", key="hw.strategy")
     if world == 1 and hw.strategy in ("ddp", "fsdp2"):
@@ -153,16 +160,33 @@ def _visible(backend: str, detection: dict) -> int:
     return 1
 
 
-def lane_model(lane, precision: str, init_adapter: str | None = None) -> LaneModel:
+def lane_model(lane, precision: str, init_adapter: str | None = None, check: str | None = None,
+               contract: str | None = None) -> LaneModel:
+    """What the planner models of a lane: the method's weights and the objective's card (its
+    rows per record, a reference pass; grpo's sampling: generation, an in-step reference copy,
+    the oracle `check`'s processes)."""
     lora = lane.lora
     q = lane.quantization
+    c = card(lane)
+    ref = c.needs_reference(lane)
+    # an in-step reference kept as a frozen copy of the model (mens.objective.grpo.Grpo.bind)
+    copy = ref and "reference_copy" in c.memory_terms and (lane.method == "full" or
+                                                           bool(init_adapter))
+    oracle_mib = 0.0
+    if "oracle_procs" in c.memory_terms and section(lane, c.name).reward != "teacher" and check:
+        sizes = load_contract(contract).get("oracle_process_mib") or {}
+        oracle_mib = ORACLE_WORKERS * float(sizes.get(check, sizes.get("default", 0)))
     return LaneModel(
-        kind="qlora" if lane.kind == "qlora" else lane.kind, precision=precision,
+        kind=lane.method, precision=precision,
         optimizer=lane.optimizer.name,
         lora_r=lora.r if lora else 0, lora_targets=tuple(lora.targets) if lora else (),
         lora_dropout=lora.dropout if lora else 0.0,
         double_quant=q.double_quant if q else True, blocksize=q.blocksize if q else 64,
-        frozen_adapter_copy=bool(init_adapter) and lane.kind == "dpo")
+        frozen_adapter_copy=bool(init_adapter) and ref and lane.method != "full" and not copy,
+        objective=c.name, rows_per_record=c.rows_per_record(lane), reference=ref,
+        generation_tokens=int(section(lane, c.name).max_completion_length)
+        if "generation" in c.memory_terms else 0,
+        reference_copy=bool(copy), oracle_mib=oracle_mib)
 
 
 def _margin(asked: float, notes: list[str], contract: str | None) -> float:
@@ -193,17 +217,18 @@ def compile_run(cfg: DictConfig, purpose: str = "plan") -> tuple[RunSpec, Plan]:
     dataset = None
     if cfg.data.source != "spoke":   # the user's data: read, checked and split before planning
         from mens.data.select import dataset as load_dataset
-        dataset = load_dataset(cfg.data, lane.kind, list(cfg.curriculum.phases))
+        dataset = load_dataset(cfg.data, lane.objective, list(cfg.curriculum.phases))
         cfg.data.format = dataset.format   # resolved: a rerun reads the files as this run did
         if dataset.stats.get("eval_minimum_applied"):
             notes.append(f"data: {dataset.stats['eval_from']} (it trains on "
                          f"{len(dataset.train)})")
-    elif lane.kind == "dpo" and not cfg.spoke.preference_pairs:
+    elif "chat" not in (c := card(lane)).record_kinds() and not cfg.spoke.preference_pairs:
         pairs = [n for n in spokes() if load_option("spoke", n).preference_pairs]
         raise ConfigError(
-            f"lane=dpo needs chosen/rejected pairs and spoke {cfg.spoke.name} ships none: use "
-            f"a spoke with pairs ({', '.join(pairs)}) or lane=lora.", key="lane")
-    if lane.kind == "qlora":
+            f"lane.objective={lane.objective} trains on {c.record} records made from "
+            f"chosen/rejected pairs and spoke {cfg.spoke.name} ships none: use a spoke with "
+            f"pairs ({', '.join(pairs)}) or lane.objective=sft.", key="lane")
+    if lane.method == "qlora":
         # read from the installed package's metadata (bitsandbytes is never imported here);
         # only a run that trains on this machine needs it: a plan, a cloud estimate or a
         # launch plans for another machine, and says so instead of refusing
@@ -216,8 +241,8 @@ def compile_run(cfg: DictConfig, purpose: str = "plan") -> tuple[RunSpec, Plan]:
             notes.append(f"lane=qlora cannot train on this machine ({why}; backend "
                          f"{cfg.hw.backend}): planned all the same; where it trains, install "
                          f"bitsandbytes>=0.50")
-    if lane.kind in ("lora", "qlora", "dpo") and not lane.lora:
-        raise ConfigError(f"lane {lane.name} (kind {lane.kind}) needs a `lora:` section.",
+    if lane.method in ("lora", "qlora") and not lane.lora:
+        raise ConfigError(f"lane {lane.name} (method {lane.method}) needs a `lora:` section.",
                           key="lane.lora")
     wanted = PRECISION_OF[cfg.hw.lightning.precision] \
         if lane.precision == schema.AUTO else lane.precision
@@ -233,10 +258,20 @@ def compile_run(cfg: DictConfig, purpose: str = "plan") -> tuple[RunSpec, Plan]:
         notes.append(f"rung {cfg.rung.name}: {cfg.rung.repo_id} is unpinned (revision null)")
 
     seq_len = resolve_seq_len(cfg, notes, dataset)
+    if "generation" in card(lane).memory_terms and \
+            int(lane.grpo.max_completion_length) >= seq_len:
+        raise ConfigError(
+            f"lane.grpo.max_completion_length={lane.grpo.max_completion_length} leaves no room "
+            f"for the prompt in train.seq_len={seq_len} (a sampled row is prompt + completion, "
+            f"the prompt cut to the rest): lower lane.grpo.max_completion_length or raise "
+            f"train.seq_len.", key="lane.grpo.max_completion_length")
+    if "generation" in card(lane).memory_terms and cfg.hw.backend == "cuda":
+        notes.append("grpo samples with transformers' generate on CUDA: vLLM colocated sampling "
+                     "is not built in this mens (its speed and memory are unmeasured)")
     t = cfg.train
-    if lane.optimizer.lr == schema.AUTO:   # the rung's recommendation for this kind of lane
-        which = "full_lr" if lane.kind == "full" else "lora_lr"
-        lane.optimizer.lr = float(getattr(cfg.rung, which))
+    if lane.optimizer.lr == schema.AUTO:   # the rung's recommendation; the card says which
+        rates = {"lora_lr": cfg.rung.lora_lr, "full_lr": cfg.rung.full_lr}
+        lane.optimizer.lr = float(rates[card(lane).lr_key(lane)])
     paths = resolve_paths(cfg, lane, notes)
     world = resolve_devices(cfg, detection, purpose, notes)
     if cfg.hw.backend == "cpu" and cfg.hw.devices > 1:   # processes share this machine's RAM
@@ -247,11 +282,13 @@ def compile_run(cfg: DictConfig, purpose: str = "plan") -> tuple[RunSpec, Plan]:
     default_gb = cfg.rung.global_batch or t.default_global_batch
     gc = lane.gradient_checkpointing
     req = PlanRequest(
-        arch=Arch.of(cfg.rung), lane=lane_model(lane, precision, t.init_adapter),
+        arch=Arch.of(cfg.rung), lane=lane_model(lane, precision, t.init_adapter,
+                                               cfg.spoke.admission.check, cfg.plan.contract),
         backend=cfg.hw.backend, budget_bytes=int(budget_gb * GiB), seq_len=seq_len,
         micro_batch=_auto(t.micro_batch), grad_accum=_auto(t.grad_accum),
         global_batch=_auto(t.global_batch), default_global_batch=default_gb,
-        checkpointing=None if gc == schema.AUTO else bool(gc), packing=t.packing,
+        checkpointing=None if gc == schema.AUTO else bool(gc),
+        packing=t.packing and card(lane).packs,
         margin=_margin(cfg.plan.uncalibrated_margin, notes, cfg.plan.contract),
         contract=cfg.plan.contract, tflops=cfg.hw.tflops_bf16,
         bandwidth_gbs=cfg.hw.get("bandwidth_gbs"), paths=tuple(paths.items()),
@@ -277,8 +314,14 @@ def compile_run(cfg: DictConfig, purpose: str = "plan") -> tuple[RunSpec, Plan]:
         **{f: freeze(getattr(obj, f)) for f in SECTIONS},
         detected=detection, budget_gb=round(budget_gb, 3), notes=tuple(notes),
         versions=_versions(), data_lock=tuple(dataset.lock) if dataset else
-        tuple(corpus_lock(cfg.spoke.name)))
+        tuple(corpus_lock(cfg.spoke.name)),
+        teacher=freeze(obj.teacher) if asks_teacher(cfg.lane) else None)
     return spec, p
+
+
+def asks_teacher(lane) -> bool:
+    """Whether the lane's training asks the run's teacher (grpo.reward=teacher)."""
+    return lane.objective == "grpo" and lane.grpo.reward == "teacher"
 
 
 def _smaller_rungs(name: str, arch: Arch) -> dict:
@@ -340,6 +383,8 @@ def load_rerun(run_dir: str) -> DictConfig:
         saved.data = {"source": "spoke"}
     if isinstance(saved.get("logger"), str):   # an earlier mens: `logger: wandb`, a plain key
         saved.logger = {"kind": saved.logger}
+    for said in upgrade_lane(saved, f"{run_dir} was written by an earlier mens: "):
+        print(f"mens: note: {said}", file=sys.stderr)
     for key, why in RETIRED.items():
         section, _, leaf = key.rpartition(".")
         node = OmegaConf.select(saved, section, default=None)
@@ -348,7 +393,7 @@ def load_rerun(run_dir: str) -> DictConfig:
             print(f"mens: note: {run_dir} was written by an earlier mens: `{key}` is no longer "
                   f"a key ({why}); dropped", file=sys.stderr)
     cfg = OmegaConf.merge(OmegaConf.structured(schema.MensConfig),
-                          {k: saved[k] for k in SECTIONS if k in saved})
+                          {k: saved[k] for k in (*SECTIONS, "teacher") if k in saved})
     if OmegaConf.is_missing(cfg, "teacher"):   # not a run's section: the group's default
         from mens.config.options import option_path
         cfg.teacher = OmegaConf.merge(OmegaConf.structured(schema.TeacherConfig),

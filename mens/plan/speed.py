@@ -42,8 +42,8 @@ class Speed:
 
 
 def kernel_class(lane_kind: str) -> str:
-    """dpo trains adapters over a frozen base like lora (two forward passes per pair: the
-    reference's is counted in its FLOPs by the caller's tokens, not here)."""
+    """The lane's method (LaneModel.kind): every objective trains as its method does (a pair's
+    two rows are counted by the caller's tokens, not here)."""
     return {"qlora": "qlora", "full": "full"}.get(lane_kind, "lora")
 
 

@@ -129,6 +129,10 @@ class Eval(Row, total=False):
     reward_accuracy: float                   # pair sets (dpo)
     reward_margin: float
     loss_at_reference: float | None
+    check: str                               # split "oracle" (grpo): greedy answers' oracle
+    passed: int
+    pass_rate: float
+    reward_mean: float
 
 
 class Checkpoint(Row, total=False):

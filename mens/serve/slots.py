@@ -20,6 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from mens.config.objectives import lane_fields
 from mens.errors import EXIT_REFUSED, ConfigError, MensError
 from mens.run.rundir import RunDir
 
@@ -175,7 +176,7 @@ class Slots:
         own = [p for n, p in self.model.named_parameters() if f".{adapter_name}." in n]
         self.slots[src.name] = Slot(
             src.name, adapter_name, src.adapter_dir, src.run,
-            (src.spec.get("spoke") or {}).get("name"), (src.spec.get("lane") or {}).get("kind"),
+            (src.spec.get("spoke") or {}).get("name"), lane_fields(src.spec.get("lane"))["lane"],
             tensor_bytes(own), (src.spec.get("spoke") or {}).get("system_prompt"))
         slot = self.slots[src.name]
         if slot.spoke:

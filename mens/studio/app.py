@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+from functools import lru_cache
 from pathlib import Path
 
 from fastapi import FastAPI, Request
@@ -104,9 +105,12 @@ def build_app(cfg: DictConfig, host: str, port: int, token: str | None = None):
     # --- recipe ------------------------------------------------------------------------------
     @app.post("/api/plan")
     async def plan(request: Request):
+        from mens.config.objectives import lane_fields
+
         over = check_overrides((await body(request)).get("overrides", []))
         _, spec, p = await asyncio.to_thread(compose_plan, over)
-        return {"verdict": p.verdict, "fits": p.fits, "peak_bytes": p.peak_bytes,
+        return {**lane_fields(spec.lane),   # lane (its label), method, objective
+                "verdict": p.verdict, "fits": p.fits, "peak_bytes": p.peak_bytes,
                 "budget_bytes": p.budget_bytes, "components": p.components, "cell": p.cell,
                 "micro_batch": p.shape.micro_batch, "seq_len": spec.train.seq_len,
                 "grad_accum": p.grad_accum, "global_batch": p.global_batch,
@@ -172,12 +176,70 @@ def build_app(cfg: DictConfig, host: str, port: int, token: str | None = None):
         from mens.config.options import spokes
         from mens.resources import CONF_DIR
         return {g: sorted(p.stem for p in (CONF_DIR / g).glob("*.yaml")) for g in GROUPS} | {
-            "spoke": spokes()}
+            "spoke": spokes(), **lane_choices()}
 
     app.router.on_shutdown.append(procs.stop_all)
     local = host in ("127.0.0.1", "localhost", "::1")
     return Guard(app, allowed_hosts(host, port, st.allowed_hosts), token, st.max_body_bytes,
                  token_first=not local)
+
+
+@lru_cache(maxsize=1)
+def lane_choices() -> dict:
+    """The Recipe's two lane selects, from the lane option files and the objectives' cards
+    (mens.config.objectives): `method` and `objective` (the names); `methods` [{name, option}]
+    (SFT on a method: `lane=<option>`); `objectives` [{name, option, method, record, wants,
+    reference, hint}] (`lane=<option>`, plus `lane.method=M` when M is not the option's own
+    method; sft has no option: the method's file). `reference` is the option file's own
+    answer (grpo: its grpo.beta > 0)."""
+    from mens.config.objectives import CARDS, WANT
+    from mens.config.options import load_option
+    from mens.config.schema import METHODS
+    from mens.resources import option_names
+
+    files = {n: _lane_keys(n) for n in option_names("lane")}
+    methods = []
+    for m in METHODS:   # its own file (lora.yaml), else the first SFT file of that method
+        ok = [n for n, k in files.items() if k.get("method") == m
+              and k.get("objective", "sft") == "sft"]
+        methods.append({"name": m, "option": m if m in ok else next(iter(ok), None)})
+    objectives = []
+    for name, c in CARDS.items():
+        option = name if name != "sft" and files.get(name, {}).get("objective") == name \
+            else None
+        reference = c.needs_reference(load_option("lane", option)) if option else \
+            c.reference == "always"
+        wants = WANT[c.record] + (f" (also from {' or '.join(c.accepts)} records)"
+                                  if c.accepts else "")
+        if "oracle_procs" in c.memory_terms:
+            wants += ", rewarded by the spoke's oracle"
+        if "chat" not in c.record_kinds():
+            wants += ": a spoke with preference pairs, or data of that kind"
+        ref = {"none": "no reference model",
+               "always": "a frozen reference model (log-probs computed once)",
+               "when_beta": f"a reference model in the step while {name}.beta > 0 "
+                            f"({'on' if reference else 'off'} by default)"}[c.reference]
+        objectives.append({"name": name, "option": option,
+                           "method": files[option].get("method") if option else None,
+                           "record": c.record, "wants": WANT[c.record], "reference": reference,
+                           "hint": f"{name}: {wants} · {ref}"})
+    return {"method": list(METHODS), "objective": list(CARDS), "methods": methods,
+            "objectives": objectives}
+
+
+def _lane_keys(name: str) -> dict:
+    """A lane option file's method and objective, its defaults list's files first (dpo.yaml:
+    `defaults: [lora, _self_]` + `objective: dpo` → method lora, objective dpo)."""
+    import yaml
+
+    from mens.resources import option_path
+
+    raw = yaml.safe_load(option_path("lane", name).read_text()) or {}
+    keys = {}
+    for d in raw.get("defaults") or []:
+        if isinstance(d, str) and d != "_self_" and d != name:
+            keys |= _lane_keys(d)
+    return keys | {k: raw[k] for k in ("method", "objective") if k in raw}
 
 
 def recipe_yaml(name: str, overrides: list[str]) -> str:

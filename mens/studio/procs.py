@@ -15,6 +15,7 @@ import sys
 import time
 from pathlib import Path
 
+from mens.config.objectives import lane_fields
 from mens.run.receipt import RECEIPT
 from mens.run.rundir import RunDir
 from mens.run.telemetry import TERMINAL, Event, last
@@ -86,7 +87,7 @@ def run_status(root: Path, run: Path, alive: bool) -> dict:
     return {"id": rel(root, run), "state": state, "gate": gate,
             "rung": (spec.get("rung") or {}).get("name"),
             "spoke": (spec.get("spoke") or {}).get("name"),
-            "lane": (spec.get("lane") or {}).get("kind"),
+            **lane_fields(spec.get("lane") or None),
             "step": step and step.get("step"), "total": step and step.get("planned_steps_total"),
             "epoch": step and step.get("epoch"), "eta_s": step and step.get("eta_seconds_remaining"),
             "loss": step and step.get("loss"),

@@ -164,6 +164,21 @@ def _timed_out(lim: Limits) -> str:
            "pathological)"
 
 
+# The lines above (and the worker's, oracle_checks.worker) that say the check itself did not
+# finish, at a line's start (after `blockN.sh: ` for bash): a reward counts these apart from an
+# answer the check rejected (mens.objective.rewards).
+STOPPED = re.compile(r"^(?:block\d+\.sh: )?(?:(?P<timeout>timed out after |the check exceeded "
+                     r"its CPU time limit|bash -n was killed by SIGXCPU)|the check exceeded its "
+                     r"memory limit|the check's process |bash -n was killed by |the check could "
+                     r"not read this record|the input is nested too deeply)", re.M)
+
+
+def failure(v: Verdict) -> str | None:
+    """"timeout" or "crash" when the check was stopped or broke on this record, else None."""
+    found = [m.group("timeout") is not None for m in STOPPED.finditer(v.diagnostics)]
+    return None if v.passed is not False or not found else "timeout" if any(found) else "crash"
+
+
 def _stream(argv_for, n: int, lim: Limits, cwd: str, marker: str, cpu) -> list[tuple]:
     """Runs a child that prints `MARKER ready`, then per item its output and `MARKER payload`.
     Returns per item ("ok", output, payload) | ("timeout",) | ("died", why) | ("unverified",

@@ -315,6 +315,21 @@ CHECKS: dict[str, Callable[[dict], list[str]]] = {
 }
 
 
+def oracle_record(rec: dict, head: list[dict], text: str, check: str) -> dict:
+    """The record with the model's answer as its assistant turn: what the oracle judges of a
+    model's answer (mens.eval.indomain, mens.objective.rewards). A check of answers alone
+    (PER_ANSWER) sees the system prompt, the last user turn
+    and this answer: the earlier assistant turns of a multi-turn prompt are the data's, and their
+    blocks must not pass (or fail) for the model; a check of the exchange that credits only the
+    answer (CONTEXT_AS_INPUT) gets those turns as input."""
+    if check in PER_ANSWER:
+        head = [m for m in head[:-1] if m["role"] == "system"] + head[-1:]
+    elif check in CONTEXT_AS_INPUT:
+        head = [dict(m, role="user") if m["role"] == "assistant" else m for m in head]
+    return {**{key: v for key, v in rec.items() if key != "messages"},
+            "messages": head + [{"role": "assistant", "content": text}]}
+
+
 def worker(job_path: str) -> None:
     """The child: JOB is JSON {check, records, timeout_s, marker}. Prints `MARKER ready`, then
     one `MARKER ["problem", …]` line per record. Before each record its CPU limit is moved to

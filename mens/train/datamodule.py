@@ -89,7 +89,8 @@ class ResumableLoader(torch.utils.data.DataLoader):
             self.position.skip = self.position.done = state["done"]
 
 
-def epoch_items(examples: dict, records: list, spec, epoch: int, pairs: bool):
+def epoch_items(examples: dict, records: list, spec, epoch: int, pairs: bool,
+                prompts: bool = False):
     """The rows (packed SFT), examples (unpacked SFT) or pair examples of one epoch."""
     from mens.data.curriculum import epoch_records, shuffle_within_phase
 
@@ -97,7 +98,7 @@ def epoch_items(examples: dict, records: list, spec, epoch: int, pairs: bool):
     recs = shuffle_within_phase(epoch_records(records, list(cur.caps), list(cur.phases), epoch),
                                 spec.train.seed, epoch)
     items = [examples[r["id"]] for r in recs]
-    if pairs or not spec.train.packing:
+    if pairs or prompts or not spec.train.packing:   # prompts: one record each (grpo samples)
         return items
     # FFD emits a phase's rows longest-first: shuffle rows within each phase by (seed, epoch)
     rows = pack(items, spec.train.seq_len, window=cur.pack_window)
@@ -106,17 +107,18 @@ def epoch_items(examples: dict, records: list, spec, epoch: int, pairs: bool):
 
 class MensData(L.LightningDataModule):
     def __init__(self, spec, examples: dict, records: list, pairs: bool, mask_dtype,
-                 eval_sets: dict | None = None, block_mask: bool = True):
+                 eval_sets: dict | None = None, block_mask: bool = True, prompts: bool = False):
         """block_mask: packed rows carry the 4-D block mask (False: the model attends per
         record itself, mens.train.attention, and no b·s² mask is built)."""
         super().__init__()
         self.block_mask = block_mask
         self.spec, self.examples, self.records, self.pairs = spec, examples, records, pairs
+        self.prompts = prompts               # grpo: batches name their records (record_ids)
         self.eval_sets = eval_sets or {}     # {role: (spoke, [Example])}: the validation loop's
         self.mask_dtype, self.position = mask_dtype, Position()
         from mens.train.strategy import world_size
         self.world = world_size(spec)        # processes; micro_batch is per process
-        self.epochs = [epoch_items(examples, records, spec, e, pairs)
+        self.epochs = [epoch_items(examples, records, spec, e, pairs, prompts)
                        for e in range(spec.curriculum.epochs)]
 
     def collate(self, keyed):
@@ -151,12 +153,15 @@ class MensData(L.LightningDataModule):
 
     def _collate(self, items):
         if self.pairs:
+            from mens.objective.dpo import pair_batch
             batch = pair_batch(items, self.spec.train.seq_len)
             real = sum(min(len(e), self.spec.train.seq_len) for p in items for e in p[:2])
         elif isinstance(items[0], Example):
             longest = max(len(x) for x in items)
             batch = pad_batch(items, min(longest, self.spec.train.seq_len))
             real = int(batch["attention_mask"].sum())
+            if self.prompts:
+                batch["record_ids"] = [x.record_id for x in items]
         else:
             batch = collate(items, self.mask_dtype, mask=self.block_mask)
             real = sum(r.real_tokens for r in items)
@@ -191,14 +196,21 @@ class MensData(L.LightningDataModule):
         return [math.ceil(math.ceil(math.ceil(len(items) / w) / t.micro_batch) / t.grad_accum)
                 for items in self.epochs]
 
+    def reached(self) -> list:
+        """The items the planned steps train on, every rank's (each epoch's leading items: a
+        rank takes every world-th item in order, strategy.rank_items), for a reference pass
+        that need not score the rest."""
+        t, left, out = self.spec.train, self.planned_steps(), []
+        for items, steps in zip(self.epochs, self.steps_per_epoch()):
+            take = min(left, steps)
+            out += items[:take * t.grad_accum * t.micro_batch * self.world]
+            left -= take
+            if left <= 0:
+                break
+        return out
+
     def planned_steps(self) -> int:
         total = sum(self.steps_per_epoch())
         return min(total, self.spec.train.max_steps) if self.spec.train.max_steps > 0 else total
 
 
-def pair_batch(pairs, seq_len: int) -> dict:
-    """[(chosen Example, rejected Example, pair index)] → chosen rows then rejected rows."""
-    exs = [p[0] for p in pairs] + [p[1] for p in pairs]
-    batch = pad_batch(exs, min(seq_len, max(len(e) for e in exs)))
-    batch["pair_index"] = torch.tensor([p[2] for p in pairs])
-    return batch

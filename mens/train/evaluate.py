@@ -70,6 +70,8 @@ def eval_sets(spec, tokenizer) -> dict:
     for role, (name, recs) in eval_records(spec).items():
         recs = [dict(r, phase=r["phase"] if r.get("phase") in phases else phases[0])
                 for r in recs][:spec.train.eval_max_records]
+        if recs and kind(recs[0]) == "labeled":   # KTO's held-out split (user data)
+            recs = desirable_as_chats(name, recs)
         pairs = bool(recs) and kind(recs[0]) == "pair"
         # held-out records are scored whole (up to the rung's positions, at most 4096), not cut
         # to the training window: a cut could drop the very answer being scored
@@ -77,6 +79,18 @@ def eval_sets(spec, tokenizer) -> dict:
                               max_len=min(spec.rung.max_position_embeddings, 4096))
         out[role] = (name, list(exs.values()))
     return out
+
+
+def desirable_as_chats(name: str, recs: list) -> list:
+    """Held-out labeled records (KTO) → their desirable answers as chats: the held-out loss is
+    the NLL of the answers wanted (an undesirable one's NLL would reward learning it). No KTO
+    loss is computed on held-out data; said once per set."""
+    import sys
+
+    good = [{**r, "messages": r["prompt"] + r["completion"]} for r in recs if r["label"]]
+    print(f"mens: held-out {name}: {len(good)} desirable of {len(recs)} labeled records scored "
+          f"as an answer NLL (no held-out KTO loss)", file=sys.stderr)
+    return good
 
 
 def loop_sets(sets: dict) -> dict:
@@ -94,8 +108,7 @@ def evaluate(model, sets: dict, tel, which: str, spec=None, refs: dict | None = 
             if refs is None:
                 refs = {}
             if role not in refs:
-                from mens.train.module import reference_logps
-                refs[role] = reference_logps(model, exs, spec)
+                refs[role] = pair_references(model, exs, spec)
             r = pair_eval(model, exs, refs[role], spec)
         else:
             r = eval_loss(model, exs, EVAL_MICRO, max(len(e) for e in exs),
@@ -110,8 +123,8 @@ def pair_eval(model, pairs: list, ref, spec) -> dict:
     import torch
 
     from mens.model.load import eval_mode
-    from mens.train.datamodule import pair_batch
-    from mens.train.module import dpo_losses, sequence_logps
+    from mens.objective.dpo import dpo_losses, pair_batch
+    from mens.train.module import sequence_logps
 
     eval_mode(model)
     losses, correct, margins = [], 0, []
@@ -135,6 +148,19 @@ def pair_eval(model, pairs: list, ref, spec) -> dict:
             "loss_at_reference": math.log(2) if loss_type == "sigmoid" else None}
 
 
+def pair_references(model, pairs: list, spec):
+    """Held-out pairs' reference log-probs: the policy as it is now (before training), every
+    pair (n, 2)."""
+    from mens.objective.dpo import reference_logps
+    from mens.train.module import reference_scorer
+
+    score = reference_scorer(model, spec)
+    try:
+        return reference_logps(score, pairs, spec.train.micro_batch, spec.train.seq_len)
+    finally:
+        score.done()
+
+
 def evaluate_base(model, sets: dict, spec, tel, refs: dict | None = None) -> dict:
     """The base's numbers: a PEFT model with its adapter disabled, or the full lane's model
     before any step. Pair sets are scored on the policy before training (their reference,
@@ -145,7 +171,7 @@ def evaluate_base(model, sets: dict, spec, tel, refs: dict | None = None) -> dic
     if len(tokens) < len(sets):
         out.update(evaluate(model, {r: s for r, s in sets.items() if r not in tokens}, tel,
                             "base", spec, refs))
-    if hasattr(model, "disable_adapter") and spec.lane.kind != "full":
+    if hasattr(model, "disable_adapter") and spec.lane.method != "full":
         with model.disable_adapter():
             return {**out, **evaluate(model, tokens, tel, "base")}
     return {**out, **evaluate(model, tokens, tel, "base")}
@@ -154,4 +180,39 @@ def evaluate_base(model, sets: dict, spec, tel, refs: dict | None = None) -> dic
 def base_from_telemetry(rows: list[dict]) -> dict:
     """A resumed run's base numbers, from the first run's EVAL rows."""
     return {r["split"]: {k: r[k] for k in ("spoke", "loss", "tokens", "records")}
-            for r in rows if r["event"] == Event.EVAL and r["model"] == "base"}
+            for r in rows if r["event"] == Event.EVAL and r["model"] == "base"
+            and r["split"] != ORACLE}
+
+
+ORACLE = "oracle"   # an EVAL row's split: the objective's held-out oracle measure (grpo)
+
+
+def objective_held_out(objective, model, spec, tel, which: str) -> dict | None:
+    """The objective's own held-out measure (Objective.held_out; grpo: the greedy answers'
+    oracle pass rate and mean partial reward) on the data's held-out chat records, capped by
+    train.eval_max_records: an EVAL row (split "oracle", model base | adapter), said."""
+    import sys
+
+    if not objective.measures_held_out:
+        return None
+    name, recs = eval_records(spec).get("eval") or (None, [])
+    recs = [r for r in recs if "messages" in r][:spec.train.eval_max_records]
+    out = objective.held_out(model, recs) if recs else None
+    if out is None:
+        return None
+    tel.emit(Event.EVAL, model=which, split=ORACLE, spoke=name, records=out["n"],
+             check=out["check"], passed=out["passed"], pass_rate=out["pass_rate"],
+             reward_mean=out["reward_mean"])
+    print(f"mens: {which} on held-out {name}: greedy answers pass the oracle ({out['check']}) "
+          f"{out['passed']}/{out['n']}, mean partial reward {out['reward_mean']:.3f}",
+          file=sys.stderr)
+    return {"spoke": name, **out}
+
+
+def oracle_from_telemetry(rows: list[dict]) -> dict | None:
+    """A resumed run's held-out oracle numbers of the base, from the first run's EVAL row."""
+    for r in rows:
+        if r["event"] == Event.EVAL and r.get("split") == ORACLE and r["model"] == "base":
+            return {k: r.get(k) for k in ("spoke", "check", "passed", "pass_rate", "reward_mean")
+                    } | {"n": r.get("records")}
+    return None

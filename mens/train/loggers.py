@@ -5,7 +5,7 @@ wandb runs are offline unless WANDB_MODE says otherwise (`wandb sync` later). Th
 `logger.project`, else $WANDB_PROJECT, else `mens`; the entity `logger.entity`, else
 $WANDB_ENTITY (wandb reads it). A run is named `<rung>-<spoke>-<lane>-<HHMMSS>`, plus the
 overrides that vary in a sweep; the runs of one sweep share a group; job_type says what ran
-(train / calibrate), and the resolved spec is the run's config, nested (lane.kind, train.seq_len).
+(train / calibrate), and the resolved spec is the run's config, nested (lane.method, train.seq_len).
 """
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 from mens.config.schema import DEFAULT_WANDB_PROJECT
+from mens.config.objectives import label as lane_label, lane_fields
 from mens.run.rundir import artifact_name, wandb_artifact
 
 
@@ -31,7 +32,7 @@ def _data(spec) -> str:
 
 def tags(spec) -> list[str]:
     out = [f"hw:{spec.hw.name}", f"rung:{spec.rung.name}", f"spoke:{spec.spoke.name}",
-           f"lane:{spec.lane.kind}", f"curriculum:{spec.curriculum.name}"]
+           f"lane:{lane_label(spec.lane)}", f"curriculum:{spec.curriculum.name}"]
     return out + ([f"data:{_data(spec)}"] if _data(spec) != spec.spoke.name else [])
 
 
@@ -135,11 +136,11 @@ def log_weights(trainer, path: Path, spec) -> None:
 
     for logger in trainer.loggers:
         if isinstance(logger, WandbLogger):
-            kind = artifact_name(spec.lane.kind)
+            kind = artifact_name(spec.lane.method)
             # mens.export.lineage and mens.compare.lineage use it by this name (mens.run)
             art = wandb.Artifact(wandb_artifact(kind, logger.experiment.id), type=kind,
                                  metadata={"rung": spec.rung.name, "spoke": spec.spoke.name,
-                                           "lane": spec.lane.kind})
+                                           **lane_fields(spec.lane)})
             art.add_dir(str(path))
             logger.experiment.log_artifact(art, aliases=["latest"])
 

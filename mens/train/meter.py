@@ -203,7 +203,7 @@ def saved_bytes(arch, kind: str = "full", precision: str = "fp32", seq_len: int 
     cfg._attn_implementation = "sdpa"
     model = causal_lm_class(arch)(cfg).to(base_dtype(kind, precision))
     if kind != "full":   # LoRA r16 on every linear layer (the schema's default targets)
-        model = apply_lane(model, LaneConfig(name="meter", kind="lora", lora=LoraConfig(r=16),
+        model = apply_lane(model, LaneConfig(name="meter", method="lora", lora=LoraConfig(r=16),
                                              gradient_checkpointing=False))
     model.train()
     s, b = seq_len, micro_batch

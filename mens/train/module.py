@@ -1,10 +1,8 @@
 """Training stage: a LightningModule + LightningDataModule + Trainer built from the RunSpec.
 
-SFT lanes (lora, qlora, full) minimise the causal-LM loss on assistant tokens of packed rows;
-the dpo lane minimises a DPO loss (lane.dpo.loss: TRL's sigmoid, hinge or ipo; see dpo_losses)
-on chosen/rejected pairs against reference log-probs computed once, before training, from the
-initial policy — which *is* the base with the adapter disabled (LoRA's B starts at 0) or, from
-`train.init_adapter`, the frozen SFT policy.
+The module owns the model, the optimizer and the ways log-probs are computed (the chunked head
+or full logits, the token-weighted causal-LM loss); the lane's objective (mens.objective: SFT,
+DPO …) decides what a step does with them and what it logs.
 The data side (rows, batches, the loader's position) is mens.train.datamodule.
 """
 from __future__ import annotations
@@ -16,10 +14,10 @@ import lightning as L
 import torch
 import torch.nn.functional as F
 
-from mens.config.schema import DPO_LOSSES
-from mens.errors import ConfigError, RunFailed
+from mens.errors import RunFailed
 from mens.data.pack import IGNORE
-from mens.train.datamodule import Position, pair_batch
+from mens.objective.base import Step
+from mens.train.datamodule import Position
 from mens.train.strategy import all_sum
 
 
@@ -49,34 +47,12 @@ def lm_loss(model, batch, num_items=None) -> torch.Tensor:
     return causal_lm_loss(h, w, batch["labels"], softcap=cap, bias=b, num_items=num_items)
 
 
-def dpo_losses(chosen_logratio: torch.Tensor, rejected_logratio: torch.Tensor, beta: float,
-               loss_type: str = "sigmoid") -> torch.Tensor:
-    """Per-pair DPO losses, TRL's DPOTrainer `loss_type`s. The log-ratios are
-    log π(y|x) − log π_ref(y|x) of the chosen and the rejected answer; h = chosen − rejected.
-
-        sigmoid  −log σ(β·h)          (Rafailov et al. 2023)
-        hinge    relu(1 − β·h)        (SLiC; β·h is the reward margin)
-        ipo      (h − 1/(2β))²        (Azar et al. 2023)
-
-    For ipo the caller passes log-probs averaged over each answer's tokens, as TRL does (the
-    others take sums). lane.dpo.loss is checked against DPO_LOSSES when the config composes."""
-    margin = beta * chosen_logratio - beta * rejected_logratio   # β·h (the sigmoid path's order)
-    if loss_type == "sigmoid":
-        return -F.logsigmoid(margin)
-    if loss_type == "hinge":
-        return torch.relu(1 - margin)
-    if loss_type == "ipo":
-        return (chosen_logratio - rejected_logratio - 1 / (2 * beta)) ** 2
-    raise ConfigError(f"`lane.dpo.loss={loss_type}` is not valid: it takes one of "
-                      f"{', '.join(DPO_LOSSES)}.", key="lane.dpo.loss")
-
-
 class MensModule(L.LightningModule):
     """model: the built model, or None with build=() → model, which Lightning's configure_model
     calls once, inside the strategy's context (where a sharding strategy such as FSDP2 wants
     the model made, per process)."""
     def __init__(self, model, spec, position: Position, planned_steps: int,
-                 ref_logps: torch.Tensor | None = None, build=None):
+                 objective=None, build=None):
         super().__init__()
         if model is None and build is None:
             raise ValueError("MensModule needs a model or a build() that makes one")
@@ -87,7 +63,10 @@ class MensModule(L.LightningModule):
         self.planned_steps = planned_steps
         # train.loss, resolved by the plan (a spec without it: the plain full-logits loss)
         self.chunked = getattr(getattr(spec, "train", None), "loss", None) == "chunked"
-        self.ref_logps = ref_logps          # (n_pairs, 2): chosen, rejected — dpo only
+        if objective is None:               # the lane's (mens.objective.build)
+            from mens.objective import build as build_objective
+            objective = build_objective(spec)
+        self.objective = objective
         self.strict_loading = False         # checkpoints hold trainable weights only
         self.last = {}
         self.counts = {"real": 0, "valid": 0, "slots": 0}   # tokens since the last TRAIN_STEP row
@@ -118,19 +97,21 @@ class MensModule(L.LightningModule):
 
     def training_step(self, batch, batch_idx):
         self.position.done += 1
-        self.counts["real"] += int(batch.pop("real_tokens"))
-        self.counts["valid"] += int((batch["labels"] != IGNORE).sum())
-        self.counts["slots"] += batch["input_ids"].numel()
+        real = int(batch.pop("real_tokens"))
+        if "record_ids" not in batch:   # prompts (grpo): the tokens are the sampled ones, below
+            self.counts["real"] += real
+            self.counts["valid"] += int((batch["labels"] != IGNORE).sum())
+            self.counts["slots"] += batch["input_ids"].numel()
         group, group_tokens = batch.pop("step_group", None), batch.pop("step_tokens", None)
         world, accum = self.world(), self.accum()
-        if self.ref_logps is not None:
-            loss = self.dpo_loss(batch, world)
-            logged = loss.detach() if world == 1 else all_sum(loss.detach()) / world
-        elif (world == 1 and accum == 1) or group_tokens is None:
-            loss = lm_loss(self.model, batch) if self.chunked else self.model(**batch).loss
-            logged = loss.detach()
-        else:
-            loss, logged = self.token_weighted_loss(batch, group, group_tokens, world, accum)
+        loss, metrics = self.objective.step(self.step_context(group, group_tokens, world, accum),
+                                            batch)
+        logged = metrics.pop("loss")
+        if "completion_tokens" in metrics:   # an objective that samples: what it trained on
+            n = int(metrics.pop("completion_tokens"))
+            for k in ("real", "valid", "slots"):
+                self.counts[k] += n
+        self.last.update(metrics)
         if not torch.isfinite(logged):   # the same on every rank: all of them stop
             raise RunFailed(f"the loss became {logged.item()} at step {self.global_step + 1} "
                             f"(epoch {self.current_epoch}): training stopped. Lower "
@@ -139,6 +120,16 @@ class MensModule(L.LightningModule):
         # the progress bar's; the loggers get every TRAIN_STEP number (trainer.StepTelemetry)
         self.log("train/loss", logged, prog_bar=True, logger=False)
         return loss
+
+    def step_context(self, group, group_tokens, world: int, accum: int) -> Step:
+        """What the objective's step may call (mens.objective.base.Step)."""
+        def causal(batch):
+            if (world == 1 and accum == 1) or group_tokens is None:
+                loss = lm_loss(self.model, batch) if self.chunked else self.model(**batch).loss
+                return loss, loss.detach()
+            return self.token_weighted_loss(batch, group, group_tokens, world, accum)
+        return Step(logps=lambda batch: sequence_logps(self.model, batch, self.chunked),
+                    lm_loss=causal, world=world, all_sum=all_sum, model=self.model)
 
     def token_weighted_loss(self, batch, group, group_tokens, world: int, accum: int):
         """(loss to backward, the step's token mean so far) under accumulation or several ranks.
@@ -171,38 +162,6 @@ class MensModule(L.LightningModule):
     def on_validation_model_eval(self):
         from mens.model.load import eval_mode
         eval_mode(self)   # keeps bitsandbytes 4-bit layers in train mode (see eval_mode)
-
-    def dpo_loss(self, batch, world: int = 1) -> torch.Tensor:
-        idx = batch.pop("pair_index")
-        keep = batch.pop("keep", None)        # False: a rank's repeated pair (strategy.Repeat)
-        n = len(idx)
-        loss_type = self.spec.lane.dpo.loss
-        logps = sequence_logps(self.model, batch, self.chunked)                   # (2n,)
-        ref = self.ref_logps.to(logps.device)[idx]                                # (n, 2)
-        policy_chosen, policy_rejected = logps[:n], logps[n:]
-        ref_chosen, ref_rejected = ref[:, 0], ref[:, 1]
-        if loss_type == "ipo":   # TRL: IPO compares log-probs averaged over completion tokens
-            tokens = (batch["labels"][:, 1:] != IGNORE).sum(-1).clamp(min=1).to(logps.dtype)
-            policy_chosen, ref_chosen = policy_chosen / tokens[:n], ref_chosen / tokens[:n]
-            policy_rejected, ref_rejected = policy_rejected / tokens[n:], ref_rejected / tokens[n:]
-        beta = self.spec.lane.dpo.beta
-        chosen = policy_chosen - ref_chosen          # log-ratios; rewards are beta times these
-        rejected = policy_rejected - ref_rejected
-        margin = beta * chosen - beta * rejected
-        if world > 1:   # means over every rank's pairs (repeats weigh 0), as in one process
-            k = torch.ones_like(margin) if keep is None else keep.to(margin)
-            pairs = all_sum(k.sum())
-            stats = all_sum(torch.stack([(beta * chosen * k).sum(), (beta * rejected * k).sum(),
-                                         (margin * k).sum(), ((margin > 0).to(k) * k).sum()])
-                            .detach()) / pairs
-            self.last.update(dict(zip(("rewards/chosen", "rewards/rejected", "rewards/margins",
-                                       "rewards/accuracies"), stats)))
-            return (dpo_losses(chosen, rejected, beta, loss_type) * k).sum() / (pairs / world)
-        self.last.update({"rewards/chosen": (beta * chosen).mean().detach(),
-                          "rewards/rejected": (beta * rejected).mean().detach(),
-                          "rewards/margins": margin.mean().detach(),
-                          "rewards/accuracies": (margin > 0).float().mean().detach()})
-        return dpo_losses(chosen, rejected, beta, loss_type).mean()
 
     def configure_optimizers(self):
         lane, total = self.spec.lane, max(self.planned_steps, 1)
@@ -242,20 +201,17 @@ class MensModule(L.LightningModule):
             random.setstate(rng["python"])
 
 
-def reference_logps(model, pairs: list, spec) -> torch.Tensor:
-    """Log-probs of the initial policy on every pair, once: (n_pairs, 2)."""
-    out = torch.zeros(len(pairs), 2)
-    from tqdm.auto import tqdm
-
+def reference_scorer(model, spec):
+    """score(batch) → (B,) log-probs of the model as it is now, without grad, in eval mode (an
+    objective's reference pass before training: mens.objective.base.Objective.prepare). Call
+    `done()` after to put the model back in train mode."""
     from mens.model.load import eval_mode
+
+    chunked = getattr(getattr(spec, "train", None), "loss", None) == "chunked"
     eval_mode(model)
-    with torch.no_grad():
-        for i in tqdm(range(0, len(pairs), spec.train.micro_batch), desc="dpo reference pass",
-                      unit="batch", leave=False):
-            chunk = pairs[i:i + spec.train.micro_batch]
-            batch = pair_batch(chunk, spec.train.seq_len)
-            idx = batch.pop("pair_index")
-            lp = sequence_logps(model, batch).float()
-            out[idx, 0], out[idx, 1] = lp[:len(chunk)], lp[len(chunk):]
-    model.train()
-    return out
+
+    def score(batch):
+        with torch.no_grad():
+            return sequence_logps(model, batch, chunked)
+    score.done = model.train
+    return score

@@ -44,7 +44,9 @@ def train_run(spec, plan, out_dir: Path, resume: bool = False,
     from mens.train.evaluate import eval_sets, evaluate_base, loop_sets
     from mens.train.meter import meter_for, window_opener
     from mens.train.datamodule import MensData
-    from mens.train.module import MensModule, reference_logps
+    from mens.objective import build as build_objective
+    from mens.train.evaluate import pair_references
+    from mens.train.module import MensModule, reference_scorer
     from mens.train import allocator
     from mens.train.strategy import RUN_DIR_ENV, release, world
     from mens.train.trainer import build_trainer, quiet_libraries
@@ -82,7 +84,8 @@ def train_run(spec, plan, out_dir: Path, resume: bool = False,
     torch.use_deterministic_algorithms(spec.hw.backend == "cpu", warn_only=True)
 
     tokenizer = load_tokenizer(spec.rung, notes)
-    pairs = spec.lane.kind == "dpo"
+    objective = build_objective(spec)      # what the lane trains toward (mens.objective)
+    pairs = objective.pairs
     records, data_stats, label = train_records(spec)
     phases = list(spec.curriculum.phases)
     examples, tok_stats = examples_for(records, tokenizer, spec, phases, pairs)
@@ -111,7 +114,8 @@ def train_run(spec, plan, out_dir: Path, resume: bool = False,
     model, _ = load_model(spec, notes, before_base=before_base, tokenizer=tokenizer)
     if trims and spec.lane.gradient_checkpointing:   # the heap's layer by layer (allocator)
         allocator.layer_trims(model.get_decoder().layers, trims)
-    packed = not pairs and spec.train.packing and spec.train.attention == "per_record"
+    prompts = objective.prompts            # grpo: the step samples its own answers
+    packed = not pairs and not prompts and spec.train.packing and spec.train.attention == "per_record"
     if packed:   # attention per packed record (no b·s² mask), where the model allows it
         from mens.train.attention import use_packed_attention
         packed, why = use_packed_attention(model, spec.train.seq_len)
@@ -125,21 +129,36 @@ def train_run(spec, plan, out_dir: Path, resume: bool = False,
     trainable, total = trainable_count(model)
     data = MensData(spec, examples, records, pairs, mask_dtype_for(model.config),
                     eval_sets=loop_sets(sets) if spec.train.eval_every else None,
-                    block_mask=not packed)
+                    block_mask=not packed, prompts=prompts)
+    if prompts:
+        from mens.data.examples import run_encoder
+        objective.bind(model, tokenizer, records, run_encoder(tokenizer, spec))
     counts = epoch_counts(records, list(spec.curriculum.caps), phases)
     for e, c in enumerate(counts):
-        extra = {} if pairs or not spec.train.packing else packing_stats(data.epochs[e])
+        extra = {} if pairs or prompts or not spec.train.packing else packing_stats(data.epochs[e])
         tel.emit(Event.CURRICULUM, epoch=e, cap=spec.curriculum.caps[min(e, len(spec.curriculum.caps) - 1)],
                  **c, **extra)
     refs: dict = {}                        # held-out pairs' reference log-probs (dpo)
     # the base's numbers come from rank 0 (the other ranks' would be the same)
     base_eval = evaluate_base(model, sets, spec, tel, refs) if not resume and rank_zero() \
         else None
+    if base_eval is not None:   # grpo: the greedy oracle pass rate before training
+        from mens.train.evaluate import objective_held_out
+        objective.before = objective_held_out(objective, model, spec, tel, "base")
     if resume:   # held-out pairs' references: the policy before the checkpoint is restored
-        refs = {r: reference_logps(model, s[1], spec) for r, s in sets.items()
+        refs = {r: pair_references(model, s[1], spec) for r, s in sets.items()
                 if s[1] and isinstance(s[1][0], tuple)}
-    ref = reference_logps(model, list(examples.values()), spec) if pairs else None
-    module = MensModule(model, spec, data.position, data.planned_steps(), ref)
+    # the objective's pass on the initial weights (dpo: the reference, over the pairs the
+    # planned steps reach)
+    c = objective.card
+    if c.needs_reference(spec.lane) and not c.reference_in_step:
+        score = reference_scorer(model, spec)
+        try:
+            objective.prepare(score, list(examples.values()),
+                              {_index(x) for x in data.reached()} if pairs else None)
+        finally:
+            score.done()
+    module = MensModule(model, spec, data.position, data.planned_steps(), objective)
     # loading, the base evaluation and (on resume) the checkpoint restore stay outside the window
     opener = window_opener(meter, allocator.trim if spec.train.heap == "fixed" else None)
     callbacks = [opener, *hooks.callbacks, *([allocator.step_trim(trims)] if trims else [])]
@@ -194,6 +213,7 @@ def _fit_and_finish(trainer, module, data, model, tokenizer, spec, plan, run, te
     log_eval(trainer, after)
     if base_eval is None:   # resumed: the base numbers are in the first run's EVAL rows
         base_eval = base_from_telemetry(run.telemetry_rows(Event.EVAL))
+    oracle = held_out_oracle(module.objective, model, spec, run, tel)
     trainable, total = params
     steps = next(c for c in trainer.callbacks if isinstance(c, StepTelemetry))
     tokens, secs = steps.trained_tokens, steps.train_seconds
@@ -203,6 +223,8 @@ def _fit_and_finish(trainer, module, data, model, tokenizer, spec, plan, run, te
     # steps (from the first step's start: set-up and the ranks' start excluded)
     summary.update(world_size=size, strategy=strategy, train_tokens=tokens,
                    tokens_per_sec=round(tokens / secs, 1) if secs > 0 else None)
+    if oracle:
+        summary["held_out_oracle"] = oracle
     if trims:   # what the heap trims cost (mens.train.allocator)
         summary.update(heap_trims=trims.counts["heap_trims"],
                        heap_trim_s=round(trims.counts["heap_trim_s"], 3))
@@ -212,6 +234,30 @@ def _fit_and_finish(trainer, module, data, model, tokenizer, spec, plan, run, te
     tel.close()
     run.write_json(RunDir.SUMMARY, summary)
     return share(summary)
+
+
+def held_out_oracle(objective, model, spec, run: RunDir, tel) -> dict | None:
+    """An objective's held-out measure after training beside the base's (grpo: the greedy
+    oracle pass rate before → after): the summary's numbers; every answer and its reward in
+    held_out_oracle.json."""
+    from mens.train.evaluate import objective_held_out, oracle_from_telemetry
+
+    after = objective_held_out(objective, model, spec, tel, "adapter")
+    if after is None:
+        return None
+    before = getattr(objective, "before", None) or oracle_from_telemetry(run.telemetry_rows())
+    run.write_json("held_out_oracle.json", {"before": before, "after": after}, indent=1)
+    keys = ("n", "passed", "pass_rate", "reward_mean")
+    out = {"spoke": after["spoke"], "check": after["check"],
+           "before": {k: (before or {}).get(k) for k in keys}, "after": {k: after[k] for k in keys}}
+    if before and before.get("reward_mean") is not None:
+        out["reward_gain"] = after["reward_mean"] - before["reward_mean"]
+    return out
+
+
+def _index(item) -> int:
+    """A pair example's index: (chosen, rejected, index)."""
+    return item[2]
 
 
 def _same_world(run: RunDir, size: int) -> None:
@@ -243,12 +289,12 @@ def _save_outputs(model, tokenizer, spec, run: RunDir, state_dict=None) -> Path:
                 state_dict.pop("lm_head.weight", None)
             model.save_pretrained(str(tmp), safe_serialization=True, state_dict=state_dict)
             _unsharded_name(tmp / "config.json", type(model).__name__)
-        if spec.lane.kind == "full":
+        if spec.lane.method == "full":
             tokenizer.save_pretrained(str(tmp))
         elif hub_base:   # portable: the base by hub id and commit, not this machine's cache path
             from mens.source.hub import portable_adapter
             portable_adapter(tmp, r.repo_id, r.commit or r.revision)
-    return run.save_dir(artifact_name(spec.lane.kind), save)
+    return run.save_dir(artifact_name(spec.lane.method), save)
 
 
 def _unsharded_name(config: Path, name: str) -> None:
@@ -270,13 +316,14 @@ def _summary(spec, plan, base, after, trainer, duration, trainable, total, train
     # predicts and calibration fits, so the two compare; the whole process's too, on CPU
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     process = rss * (1 if sys.platform == "darwin" else 1024)   # bytes on macOS, KiB on Linux
+    from mens.config.objectives import lane_fields
     from mens.data.select import data_label, user_data
 
     coll = after.get("collateral")
     pairs = {k: after["eval"][k] for k in ("reward_accuracy", "reward_margin")
              if k in after["eval"]}   # held-out preference pairs: DPO loss and rewards
     return {
-        "spoke": spec.spoke.name, "lane": spec.lane.kind, "rung": spec.rung.name,
+        "spoke": spec.spoke.name, **lane_fields(spec.lane), "rung": spec.rung.name,
         "data": data_label(spec.data) if user_data(spec) else spec.spoke.name,
         "eval_loss_base": base["eval"]["loss"], "eval_loss_adapter": after["eval"]["loss"],
         "eval_improvement_pct": 100 * (1 - after["eval"]["loss"] / base["eval"]["loss"]),

@@ -56,7 +56,7 @@ def world(spec) -> tuple[int, int, str]:
     strategy = getattr(hw, "strategy", "auto") or "auto"
     if strategy == "auto":   # the planner resolves it; this is only what a bare spec means
         strategy = "single" if devices * nodes == 1 else \
-            "fsdp2" if spec.lane.kind == "full" else "ddp"
+            "fsdp2" if spec.lane.method == "full" else "ddp"
     if strategy not in STRATEGIES:
         raise ConfigError(f"`hw.strategy={strategy}` is not valid: it takes auto or one of "
                           f"{', '.join(STRATEGIES)}.", key="hw.strategy")
@@ -64,9 +64,9 @@ def world(spec) -> tuple[int, int, str]:
         raise ConfigError(f"`hw.strategy=single` trains on one device, but hw.devices={devices} "
                           f"× hw.nodes={nodes} asks for {devices * nodes}: set hw.strategy=ddp "
                           f"(or fsdp2 for lane=full), or hw.devices=1.", key="hw.strategy")
-    if strategy == "fsdp2" and spec.lane.kind != "full":
+    if strategy == "fsdp2" and spec.lane.method != "full":
         raise ConfigError(f"`hw.strategy=fsdp2` shards the full lane's weights; lane="
-                          f"{spec.lane.kind} trains an adapter on a replicated base: use "
+                          f"{spec.lane.name} trains an adapter on a replicated base: use "
                           f"hw.strategy=ddp.", key="hw.strategy")
     return devices, nodes, strategy
 

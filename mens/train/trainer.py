@@ -243,7 +243,7 @@ def quiet_libraries(spec=None) -> None:
     bnb = logging.getLogger("bitsandbytes.backends.cpu.ops")
     for f in [f for f in bnb.filters if isinstance(f, _No4bitKernel)]:
         bnb.removeFilter(f)
-    bnb.addFilter(_No4bitKernel(spec is not None and spec.lane.kind == "qlora"))
+    bnb.addFilter(_No4bitKernel(spec is not None and spec.lane.method == "qlora"))
     warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\).*")
     warnings.filterwarnings("ignore", message=r".*is_gradient_checkpointing.*is deprecated.*")
 

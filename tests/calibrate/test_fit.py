@@ -203,6 +203,37 @@ def test_committed_cells_are_rederived_from_committed_records():
             assert {r["id"] for r in old["records"]} == {r["id"] for r in new["records"]}
 
 
+# The objectives' own cells (issue #28): fitted from recipes/calib_cpu_dpo.yaml and
+# calib_cpu_grpo.yaml, held out by calib_cpu_objectives_heldout.yaml
+OBJECTIVE_CELLS = ("cpu/lora-dpo/nockpt/fp32", "cpu/lora-grpo/nockpt/fp32")
+
+
+def test_committed_objective_cells_and_their_held_out_shapes():
+    """DPO's and GRPO's cells are what their committed records fit, and each one's held-out
+    shape (a micro-batch of 3, rows longer than any it was fitted on) is within the committed
+    prediction + its stated uncertainty."""
+    from mens.plan.memory import min_margin, predict
+
+    recs, c = committed()
+    result = fit(recs, c)
+    for key in OBJECTIVE_CELLS:
+        old, new = usable_cell(c, key), result["cells"][key]
+        assert old, f"{key} is missing or stale: refit with `make fit`"
+        assert old["calibrated"] == new["calibrated"] and (old["calibrated"] or
+                                                           old["not_calibrated"]), key
+        for t, term in old["terms"].items():
+            assert abs(new["terms"][t]["coefficient"] - term["coefficient"]) <= \
+                term["uncertainty"], (key, t)
+    held = [r for r in recs if r["role"] == "held_out" and r["cell"] in OBJECTIVE_CELLS]
+    assert sorted(r["cell"] for r in held) == sorted(OBJECTIVE_CELLS)
+    for r in held:
+        fitted_len = max(x["seq_len"] for x in recs if x["cell"] == r["cell"] and
+                         x["role"] == "fit")
+        assert r["seq_len"] > fitted_len and r["micro_batch"] == 3
+        pred = predict(record_components(r, c), usable_cell(c, r["cell"]), min_margin(c))
+        assert r["measured_peak_bytes"] <= pred["peak_bytes"], (r["id"], pred)
+
+
 def test_committed_held_out_records():
     """The acceptance on shapes the fit never saw (seq_len 2x the fitted range, a rung and an
     architecture not in the fit): calibrated cells within 10 % (64 MiB below 512 MiB), the

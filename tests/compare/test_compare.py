@@ -82,13 +82,14 @@ def test_across_runs_table_and_png(mens_cli, tmp_path, tiny_run, full_run):
     r, out, res = _compare(mens_cli, tmp_path, str(tiny_run.parent / f"{tiny_run.name[:-1]}*"),
                            str(full_run))
     assert [x["lane"] for x in res["runs"]] == ["lora", "full"]
-    assert res["spec_differences"]["lane.kind"] == ["lora", "full"]
+    assert res["spec_differences"]["lane.method"] == ["lora", "full"]
+    assert [(x["method"], x["objective"]) for x in res["runs"]] == [("lora", "sft"), ("full", "sft")]
     for x, run in zip(res["runs"], (tiny_run, full_run)):
         s = json.loads((run / "summary.json").read_text())
         assert x["eval_loss_adapter"] == s["eval_loss_adapter"] and x["duration_s"] == s["duration_s"]
         assert x["final_loss"] > 0 and x["tokens_per_sec"] > 0 and len(x["curve"]) == x["steps"]
         assert x["predicted_peak_bytes"] == s["predicted_peak_bytes"]
-    assert "| lane | lora | full |" in r.stdout and "| lane.kind | lora | full |" in r.stdout
+    assert "| lane | lora | full |" in r.stdout and "| lane.method | lora | full |" in r.stdout
     png = matplotlib.image.imread(out / "loss_curves.png")
     assert png.shape[0] > 100 and png.shape[1] > 100
     w = wandb_run(out)      # the runs side by side as a wandb table, in a run of job_type eval

@@ -24,7 +24,7 @@ def test_groups_have_the_options_the_issue_names():
     assert options("spoke") == sorted(["vox_lang", "rust_workspace", "structured_shell",
                                        "mcp_tool_chain", "agent_harness", "speech_to_code",
                                        "populi_mesh", "skill_creation"])
-    assert options("lane") == ["dpo", "full", "lora", "qlora"]
+    assert options("lane") == ["dpo", "full", "grpo", "kto", "lora", "orpo", "qlora", "simpo"]
     assert options("curriculum") == ["flat", "three_epoch"]
 
 
@@ -112,18 +112,27 @@ def test_typo_inside_an_option_file_fails_at_compose_time(tmp_path, compose, mon
     # rejected by the schema, naming the key
     (tmp_path / "conf" / "lane").mkdir(parents=True)
     (tmp_path / "conf" / "lane" / "mine.yaml").write_text(
-        "name: mine\nkind: lora\nlora: {r: 8, alpah: 16}\n")
+        "name: mine\nmethod: lora\nlora: {r: 8, alpah: 16}\n")
     monkeypatch.chdir(tmp_path)
     with pytest.raises(ConfigError) as e:
         compose(["lane=mine"])
     assert "alpah" in e.value.message
 
 
+def test_an_old_lane_option_file_with_kind_says_what_replaces_it(tmp_path, compose, monkeypatch):
+    (tmp_path / "conf" / "lane").mkdir(parents=True)
+    (tmp_path / "conf" / "lane" / "old.yaml").write_text("name: old\nkind: dpo\n")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError) as e:
+        compose(["lane=old"])
+    assert e.value.key == "lane.kind" and "`objective: dpo`" in e.value.message
+
+
 def test_user_conf_beside_the_data_adds_options_and_recipes(tmp_path, compose, monkeypatch):
     (tmp_path / "conf" / "lane").mkdir(parents=True)
     (tmp_path / "conf" / "recipe").mkdir(parents=True)
     (tmp_path / "conf" / "lane" / "mine.yaml").write_text(
-        "name: mine\nkind: lora\nlora: {r: 4, alpha: 8}\n")
+        "name: mine\nmethod: lora\nlora: {r: 4, alpha: 8}\n")
     (tmp_path / "conf" / "recipe" / "my_run.yaml").write_text(
         "# @package _global_\ndefaults:\n  - override /lane: mine\ntrain:\n  seq_len: 384\n")
     monkeypatch.chdir(tmp_path)

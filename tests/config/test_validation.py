@@ -76,6 +76,21 @@ BAD = [
     (["lane.optimizer.lr=nan"], "lane.optimizer.lr"),
     ([*DPO, "lane.dpo.beta=0"], "lane.dpo.beta"),
     ([*DPO, "lane.dpo.beta=-0.1"], "lane.dpo.beta"),
+    (["lane=orpo", "spoke=skill_creation", "lane.orpo.beta=0"], "lane.orpo.beta"),
+    (["lane=simpo", "spoke=skill_creation", "lane.simpo.beta=0"], "lane.simpo.beta"),
+    (["lane=simpo", "spoke=skill_creation", "lane.simpo.gamma_beta_ratio=-1"],
+     "lane.simpo.gamma_beta_ratio"),
+    (["lane=kto", "spoke=skill_creation", "lane.kto.beta=0"], "lane.kto.beta"),
+    (["lane=kto", "lane.kto.desirable_weight=0"], "lane.kto.desirable_weight"),
+    (["lane=kto", "lane.kto.undesirable_weight=-1"], "lane.kto.undesirable_weight"),
+    (["lane=grpo", "lane.grpo.num_generations=1"], "lane.grpo.num_generations"),
+    (["lane=grpo", "lane.grpo.max_completion_length=0"], "lane.grpo.max_completion_length"),
+    (["lane=grpo", "lane.grpo.temperature=0"], "lane.grpo.temperature"),
+    (["lane=grpo", "lane.grpo.beta=-0.1"], "lane.grpo.beta"),
+    (["lane=grpo", "lane.grpo.epsilon=1"], "lane.grpo.epsilon"),
+    (["lane=grpo", "lane.grpo.epsilon_high=0"], "lane.grpo.epsilon_high"),
+    (["lane=grpo", "lane.grpo.format_reward=-1"], "lane.grpo.format_reward"),
+    (["lane=grpo", "lane.grpo.oracle_timeout_s=0"], "lane.grpo.oracle_timeout_s"),
     (["curriculum.epochs=0"], "curriculum.epochs"),
     (["curriculum.caps=[0,7,10]"], "curriculum.caps[0]"),
     (["curriculum.caps=[4,7,11]"], "curriculum.caps[2]"),
@@ -165,9 +180,12 @@ BAD = [
     (["serve.device=gpu"], "serve.device"),
     (["serve.dtype=int8"], "serve.dtype"),
     (["spoke.sources.0.kind=pairs"], "spoke.sources[0].kind"),
-    # sections a lane kind reads
-    (["lane.kind=dpo"], "lane.dpo"),
-    (["lane.kind=qlora"], "lane.quantization"),
+    (["lane=grpo", "lane.grpo.loss_type=ppo"], "lane.grpo.loss_type"),
+    (["lane=grpo", "lane.grpo.reward=judge"], "lane.grpo.reward"),
+    (["lane.method=dpo"], "lane.method"),
+    (["lane.objective=rlhf"], "lane.objective"),
+    # a retired key with a value it never had
+    (["lane.kind=ppo"], "lane.kind"),
 ]
 
 
@@ -215,6 +233,11 @@ GOOD = [
     ["lane=qlora", "lane.quantization.type=fp4"],
     [*DPO, "lane.dpo.loss=hinge"],
     [*DPO, "lane.dpo.loss=ipo", "lane.dpo.beta=0.5"],
+    ["lane.dpo.beta=-1"],                        # not the lane's objective: not read, not checked
+    ["lane=grpo", "lane.grpo.epsilon_high=null", "lane.grpo.beta=0"],
+    ["lane=full", "lane.objective=dpo", "spoke=skill_creation"],
+    ["lane=dpo", "lane.method=qlora", "spoke=skill_creation"],   # nf4: the schema's defaults
+    ["lane=lora", "lane.quantization.blocksize=32"],   # method lora: quantization is not read
     ["serve.device=cpu", "serve.dtype=bf16", "hw.lightning.precision=16-mixed"],
 ]
 
@@ -263,7 +286,8 @@ def test_every_rule_has_a_failing_case_here():
     from mens.config.validate import CHOICES, RANGES
 
     tried = {re.sub(r"\[\d+\]", "[]", key) for _, key in BAD}
-    for key in [*RANGES, "lane.dpo.loss", "lane.quantization.type", "serve.device",
+    for key in [*RANGES, "lane.dpo.loss", "lane.grpo.loss_type", "lane.grpo.reward",
+                "lane.method", "lane.objective", "lane.quantization.type", "serve.device",
                 "serve.dtype", "hw.lightning.precision", "spoke.sources[].kind", "data.format",
                 "data.collateral", "data.source"]:
         assert key in tried, f"no BAD case for {key}"
@@ -288,7 +312,7 @@ REJECTED = [0.3, 0.4, -1.0, -2.0]   # log π(y_l|x) − log π_ref(y_l|x)
 def test_dpo_losses_match_their_formulas(loss, beta):
     import torch
 
-    from mens.train.module import dpo_losses
+    from mens.objective.dpo import dpo_losses
 
     formula = {
         "sigmoid": lambda h: -math.log(1 / (1 + math.exp(-beta * h))),   # −log σ(β·h)
@@ -305,7 +329,7 @@ def test_dpo_losses_match_their_formulas(loss, beta):
 def test_dpo_losses_differ_and_unknown_is_refused():
     import torch
 
-    from mens.train.module import dpo_losses
+    from mens.objective.dpo import dpo_losses
 
     c, r = torch.tensor(CHOSEN), torch.tensor(REJECTED)
     values = {k: dpo_losses(c, r, 0.1, k).mean().item() for k in schema.DPO_LOSSES}
@@ -319,7 +343,7 @@ def test_sigmoid_path_is_bit_identical_to_the_former_expression():
     import torch
     import torch.nn.functional as F
 
-    from mens.train.module import dpo_losses
+    from mens.objective.dpo import dpo_losses
 
     g = torch.Generator().manual_seed(0)
     logps, ref = torch.randn(8, generator=g) * 40, torch.randn(4, 2, generator=g) * 40
@@ -345,7 +369,7 @@ def _fixed_logits(logits):
 @pytest.mark.filterwarnings("ignore:You are trying to `self.log")
 @pytest.mark.parametrize("loss", ["sigmoid", "hinge", "ipo"])
 def test_module_dpo_loss_uses_the_chosen_loss_and_ipo_averages_over_tokens(loss):
-    """MensModule.dpo_loss on a 1-pair batch: sums of token log-probs for sigmoid/hinge, per-token
+    """The dpo objective's step, called as MensModule calls it, on a 1-pair batch: sums of token log-probs for sigmoid/hinge, per-token
     means for ipo (TRL's IPO), the reference treated the same way."""
     import torch
     import torch.nn.functional as F
@@ -353,6 +377,7 @@ def test_module_dpo_loss_uses_the_chosen_loss_and_ipo_averages_over_tokens(loss)
 
     from mens.data.pack import IGNORE
     from mens.train.datamodule import Position
+    from mens.objective.dpo import Dpo
     from mens.train.module import MensModule
 
     torch.manual_seed(0)
@@ -365,9 +390,10 @@ def test_module_dpo_loss_uses_the_chosen_loss_and_ipo_averages_over_tokens(loss)
              "position_ids": torch.arange(5).expand(2, 5), "pair_index": torch.tensor([0])}
     ref = torch.tensor([[-6.0, -2.5]])                  # summed reference log-probs of pair 0
     spec = SimpleNamespace(lane=SimpleNamespace(dpo=SimpleNamespace(beta=beta, loss=loss)))
-    module = MensModule(_fixed_logits(logits), spec, Position(), 1, ref_logps=ref)
+    module = MensModule(_fixed_logits(logits), spec, Position(), 1, objective=Dpo(spec, ref))
 
-    got = module.dpo_loss(batch).item()
+    loss_t, metrics = module.objective.step(module.step_context(None, None, 1, 1), batch)
+    got = loss_t.item()
 
     logp = F.log_softmax(logits[:, :-1].double(), -1)
     tok = [[(t, int(labels[row, t + 1])) for t in range(4) if labels[row, t + 1] != IGNORE]
@@ -383,4 +409,5 @@ def test_module_dpo_loss_uses_the_chosen_loss_and_ipo_averages_over_tokens(loss)
         want = -math.log(1 / (1 + math.exp(-beta * h))) if loss == "sigmoid" \
             else max(0.0, 1 - beta * h)
     assert got == pytest.approx(want, rel=1e-5, abs=1e-6)
-    assert module.last["rewards/margins"].item() == pytest.approx(beta * h, rel=1e-5, abs=1e-6)
+    assert metrics["loss"].item() == got
+    assert metrics["rewards/margins"].item() == pytest.approx(beta * h, rel=1e-5, abs=1e-6)

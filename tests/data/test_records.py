@@ -93,6 +93,7 @@ EXAMPLES = {   # one record of each registered format, and the kind normalize ma
     "prompt_completion": {"prompt": "q", "completion": "a"},
     "text": {"text": "plain words"},
     "preference": {"prompt": "q", "chosen": "good", "rejected": "bad"},
+    "labeled": {"prompt": "q", "completion": "a", "label": True},
 }
 
 

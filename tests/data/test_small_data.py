@@ -38,7 +38,7 @@ def test_hold_out_takes_the_lowest_hash_only_when_the_fraction_takes_none():
 
 def test_nine_records_hold_one_out_and_say_so(tmp_path):
     path = write_jsonl(tmp_path / "nine.jsonl", nine_none_held())
-    ds = load_data({**BASE, "path": str(path)}, "lora")
+    ds = load_data({**BASE, "path": str(path)}, "sft")
     assert (len(ds.train), len(ds.eval)) == (8, 1)
     assert ds.stats["eval_minimum_applied"] is True
     assert "held out none of 9 records" in ds.stats["eval_from"]

@@ -21,21 +21,21 @@ def data(path, **kw) -> dict:
 
 
 def test_every_format_reads_into_mens_records(tmp_path):
-    chat = load_data(data(write_jsonl(tmp_path / "c.jsonl", chat_records(60))), "lora")
+    chat = load_data(data(write_jsonl(tmp_path / "c.jsonl", chat_records(60))), "sft")
     assert chat.format == "messages" and chat.kind == "sft"
     assert [m["role"] for m in chat.train[0]["messages"]][:3] == ["system", "user", "assistant"]
-    alp = load_data(data(write_json(tmp_path / "a.json", alpaca_records(60))), "lora")
+    alp = load_data(data(write_json(tmp_path / "a.json", alpaca_records(60))), "sft")
     assert alp.format == "alpaca"
     assert alp.train[0]["messages"][0]["content"].startswith("Repeat the word")
-    sg = load_data(data(write_parquet(tmp_path / "s.parquet", sharegpt_records(60))), "lora")
+    sg = load_data(data(write_parquet(tmp_path / "s.parquet", sharegpt_records(60))), "sft")
     assert sg.format == "sharegpt"
     assert [m["role"] for m in sg.train[0]["messages"]] == ["user", "assistant"]
     pc = [{"prompt": f"Say {i}", "completion": f"{i}!"} for i in range(40)]
-    csv_ = load_data(data(write_csv(tmp_path / "p.csv", pc)), "lora")
+    csv_ = load_data(data(write_csv(tmp_path / "p.csv", pc)), "sft")
     assert csv_.format == "prompt_completion" and csv_.train[0]["where"].startswith(
         str(tmp_path / "p.csv") + ":")
     text = load_data(data(write_jsonl(tmp_path / "t.jsonl",
-                                      [{"text": f"vox line {i} " * 5} for i in range(40)])), "lora")
+                                      [{"text": f"vox line {i} " * 5} for i in range(40)])), "sft")
     assert text.kind == "text" and "text" in text.train[0]
     pairs = load_data(data(write_jsonl(tmp_path / "d.jsonl", preference_records(40))), "dpo")
     assert pairs.kind == "preference"
@@ -52,14 +52,14 @@ def test_chat_form_pairs_columns_and_system_prompt(tmp_path):
     qa = [{"question": f"q{i}", "answer": f"a{i}"} for i in range(30)]
     ds = load_data(data(write_jsonl(tmp_path / "qa.jsonl", qa),
                         columns={"prompt": "question", "completion": "answer"},
-                        system_prompt="Be brief."), "lora")
+                        system_prompt="Be brief."), "sft")
     assert ds.format == "prompt_completion"
     assert ds.train[0]["messages"][0] == {"role": "system", "content": "Be brief."}
 
 
 def test_eval_split_by_hash_is_stable_when_the_file_grows(tmp_path):
-    small = load_data(data(write_jsonl(tmp_path / "a.jsonl", chat_records(200))), "lora")
-    big = load_data(data(write_jsonl(tmp_path / "b.jsonl", chat_records(400))), "lora")
+    small = load_data(data(write_jsonl(tmp_path / "a.jsonl", chat_records(200))), "sft")
+    big = load_data(data(write_jsonl(tmp_path / "b.jsonl", chat_records(400))), "sft")
     held_small = {r["id"] for r in small.eval}
     held_big = {r["id"] for r in big.eval}
     first = {r["id"] for r in small.train} | held_small
@@ -81,12 +81,12 @@ def test_duplicates_and_contamination_are_removed_and_counted(tmp_path):
         if hash_fraction(vid) < 0.1 <= hash_fraction(nid):
             break
     recs += [{"messages": victim}, {"messages": near}, recs[0], recs[1]]   # + 2 exact repeats
-    ds = load_data(data(write_jsonl(tmp_path / "b.jsonl", recs)), "lora")
+    ds = load_data(data(write_jsonl(tmp_path / "b.jsonl", recs)), "sft")
     assert ds.stats["duplicates_removed"] == 2
     assert ds.stats["contaminated_eval_removed"] == 1
     assert ds.stats["contaminated_examples"] == [f"{tmp_path / 'b.jsonl'}:121"]
     assert vid not in {r["id"] for r in ds.eval} and nid in {r["id"] for r in ds.train}
-    off = load_data(data(tmp_path / "b.jsonl", decontam_n=0), "lora")
+    off = load_data(data(tmp_path / "b.jsonl", decontam_n=0), "sft")
     assert off.stats["contaminated_eval_removed"] == 0 and vid in {r["id"] for r in off.eval}
 
 
@@ -107,12 +107,12 @@ def test_filters_golden_tag_and_eval_path(tmp_path):
     for i, r in enumerate(recs):
         r.update(rating=1 + i % 5, tags=["math"] + (["eval_golden"] if i % 10 == 2 else []))
     path = write_jsonl(tmp_path / "r.jsonl", recs)
-    ds = load_data(data(path, min_rating=3), "lora")
+    ds = load_data(data(path, min_rating=3), "sft")
     assert ds.stats["below_min_rating"] == 20
     assert ds.stats["eval_from"] == "tag eval_golden"
     assert all(r["golden"] for r in ds.eval) and not any(r["golden"] for r in ds.train)
     held = write_jsonl(tmp_path / "held.jsonl", chat_records(10, seed=9))
-    ds = load_data(data(path, eval_path=str(held)), "lora")
+    ds = load_data(data(path, eval_path=str(held)), "sft")
     assert ds.stats["eval_from"] == "eval_path" and len(ds.eval) == 10
     assert [x.get("role") for x in ds.lock] == [None, "eval"]
 
@@ -150,8 +150,8 @@ BAD = [   # (overrides, words the message must hold)
     (["data.path=missing.jsonl"], ["missing.jsonl", "no such file", "data.path"]),
     (["data.path=unknown.jsonl"], ["unknown.jsonl:1", "no known format", "data.columns"]),
     (["data.path=nofield.jsonl"], ["nofield.jsonl:2", "messages[0]", "content"]),
-    (["data.path=pairs.jsonl"], ["pairs.jsonl", "preference", "lane=dpo"]),
-    (["data.path=sft.jsonl", "lane=dpo"], ["sft.jsonl", "preference pairs", "lane=lora"]),
+    (["data.path=pairs.jsonl"], ["pairs.jsonl", "preference", "lane.objective=dpo"]),
+    (["data.path=sft.jsonl", "lane=dpo"], ["sft.jsonl", "preference pairs", "lane.objective=sft"]),
     (["data.path=rated.jsonl", "data.min_rating=3"], ["min_rating filter", "data.min_rating"]),
     (["data.path=mixed.jsonl"], ["mixed.jsonl:2", "mixed formats", "alpaca", "mixed.jsonl:1"]),
     (["data.path=utf.jsonl"], ["utf.jsonl:2", "invalid UTF-8"]),
@@ -187,7 +187,7 @@ def test_a_hugging_face_dataset_through_datasets(tmp_path, monkeypatch):
     d.mkdir()
     write_jsonl(d / "train.jsonl", chat_records(50))
     write_jsonl(d / "test.jsonl", chat_records(10, seed=5))
-    ds = load_data({"source": "hf", "name": str(d), "split": "train", "eval_path": "test"}, "lora")
+    ds = load_data({"source": "hf", "name": str(d), "split": "train", "eval_path": "test"}, "sft")
     assert (len(ds.train), len(ds.eval), ds.format) == (50, 10, "messages")
     assert [(x["split"], bool(x["fingerprint"])) for x in ds.lock] == [("train", True),
                                                                         ("test", True)]

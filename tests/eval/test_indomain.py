@@ -175,7 +175,7 @@ def test_the_oracle_credits_only_the_models_own_answer():
     or messages must not pass for the model (seen: 6 of the tiny base's 40 vox_lang "passes"
     were an earlier turn's code; the base's populi_mesh greedy rate was 52 % on the data's
     messages)."""
-    from mens.eval.indomain import oracle_record
+    from mens.synth.oracle_checks import oracle_record
     from mens.synth.oracle import judge_batch
 
     vox = {"id": "r", "messages": [

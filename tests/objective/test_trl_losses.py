@@ -27,8 +27,8 @@ from mens.objective.kto import kto_kl, kto_losses  # noqa: E402
 from mens.objective.orpo import orpo_losses  # noqa: E402
 from mens.objective.simpo import simpo_losses  # noqa: E402
 from mens.resources import ASSETS  # noqa: E402
-# mens's DPO loss, where it lives today (helper A's objective split may move it: follow the move)
-from mens.train.module import DPO_LOSSES, dpo_losses  # noqa: E402
+from mens.config.schema import DPO_LOSSES  # noqa: E402
+from mens.objective.dpo import dpo_losses  # noqa: E402
 
 VALUE_RTOL, GRAD_ATOL = 1e-5, 1e-4     # issue 28's acceptance bounds
 PAIRS = [dict(prompt="def add(a, b):", chosen="\n    return a + b\n", rejected=" pass"),
@@ -339,8 +339,8 @@ def test_kto_matches_trl_on_random_reference_logps(tok, tmp_path, labels, kl_shi
 
 @pytest.mark.parametrize("loss_type", DPO_LOSSES)
 def test_mens_dpo_matches_trl_dpo_trainer_on_a_tiny_model(tok, tmp_path, loss_type):
-    """mens's existing DPO loss (mens.train.module.dpo_losses; its log-ratios as MensModule.
-    dpo_loss builds them: summed completion log-probs, ipo averaged over the completion tokens)
+    """mens's existing DPO loss (mens.objective.dpo.dpo_losses; its log-ratios as the dpo
+    objective's step builds them: summed completion log-probs, ipo averaged over the completion tokens)
     against TRL 1.16's DPOTrainer._compute_loss (no dpo_loss method in 1.16), a separate
     random reference model."""
     beta = 0.5

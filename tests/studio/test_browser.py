@@ -1,6 +1,7 @@
 """The studio in a real browser (Debian's Chromium through Playwright): the page opens, the
 ladder shows the tiny rung's cells, and in Recipe a different seq_len re-plans to a different
-predicted peak. Screenshots are kept under the test's tmp dir (screens/)."""
+predicted peak and the lane's method × objective plans to that lane (or shows the planner's
+refusal). Screenshots are kept under the test's tmp dir (screens/)."""
 from __future__ import annotations
 
 import pytest
@@ -43,6 +44,31 @@ def test_open_ladder_and_recipe_replans(studio, browser, tmp_path):
     assert "curriculum=three_epoch" in page.locator("#plan-command").inner_text()
     page.wait_for_function("document.querySelector('#plan-verdict').textContent === 'fits'")
     page.screenshot(path=str(shots / "recipe.png"))
+    # the lane as method × objective (both selects from /api/options): qlora × dpo on the spoke
+    # with preference pairs plans to lane.method=qlora lane.objective=dpo
+    assert page.locator("#r-objective option").count() == 6
+    page.select_option("#r-spoke", "skill_creation")
+    page.select_option("#r-method", "qlora")
+    page.select_option("#r-objective", "dpo")
+    assert "preference pairs" in page.locator("#r-objective-hint").inner_text()
+    page.wait_for_function("document.querySelector('#plan-shape').textContent"
+                           ".includes('lane qlora-dpo (qlora × dpo)')", timeout=20_000)
+    assert "lane=dpo lane.method=qlora" in page.locator("#plan-command").inner_text()
+    # a spoke without pairs: the planner's paragraph, not a stale plan
+    page.select_option("#r-spoke", "vox_lang")
+    page.locator("#recipe-msg", has_text="vox_lang ships none").wait_for(timeout=20_000)
+    assert page.locator("#plan-verdict").inner_text() == "error"
+    assert page.locator("#plan-peak").inner_text() == "–"
+    page.screenshot(path=str(shots / "recipe-dpo-refused.png"))
+    # a recipe's `lane=full` typed as an override moves into the selects (full × sft)
+    page.fill("#r-extra", "lane=full train.eval_every=5")
+    page.press("#r-extra", "Tab")
+    page.wait_for_function("document.querySelector('#plan-verdict').textContent === 'fits'",
+                           timeout=20_000)
+    assert (page.input_value("#r-method"), page.input_value("#r-objective")) == ("full", "sft")
+    assert page.input_value("#r-extra") == "train.eval_every=5"
+    assert "lane=full" in page.locator("#plan-command").inner_text()
+    assert "lane full (full × sft)" in page.locator("#plan-shape").inner_text()
     assert not errors, errors
 
 

@@ -136,7 +136,9 @@ def check_wandb_runs(jobs: list[Path], steps: int, evals: int, project: str) -> 
         names.add(run.display_name)
         assert {"lane:" + summary["lane"], "rung:tiny", "hw:cpu"} <= set(run.tags)
         config = {i.key: json.loads(i.value_json) for i in run.config.update}
-        assert config["lane"]["kind"] == summary["lane"]   # nested: wandb filters by lane.kind
+        # nested: wandb filters by lane.method / lane.objective
+        assert (config["lane"]["method"], config["lane"]["objective"]) == \
+            (summary["method"], summary["objective"])
         assert isinstance(config["train"]["seq_len"], int)
         per_step = [h for h in w["history"] if "train/lr" in h]
         assert [h["trainer/global_step"] for h in per_step] == list(range(1, steps + 1))

@@ -72,7 +72,7 @@ function overrides() {
   const o = [];
   const pick = (id, key, plus) => { const v = $("#r-" + id).value; if (v) o.push((plus ? "+" : "") + key + "=" + v); };
   pick("hw", "hw", true); pick("rung", "rung", true);
-  pick("spoke", "spoke"); pick("lane", "lane"); pick("curriculum", "curriculum"); pick("logger", "logger");
+  pick("spoke", "spoke"); o.push(...laneOverrides()); pick("curriculum", "curriculum"); pick("logger", "logger");
   pick("rank", "lane.lora.r"); pick("alpha", "lane.lora.alpha"); pick("lr", "lane.optimizer.lr");
   pick("seq_len", "train.seq_len"); pick("micro_batch", "train.micro_batch");
   pick("grad_accum", "train.grad_accum"); pick("max_steps", "train.max_steps");
@@ -80,14 +80,52 @@ function overrides() {
   if (caps.length) o.push("curriculum.caps=[" + caps.join(",") + "]");
   return o.concat($("#r-extra").value.split(/\s+/).filter(Boolean));
 }
+// the lane is two selects, method × objective, both from the server (mens.config.objectives):
+// SFT on a method is `lane=<its file>`; another objective is `lane=<its file>` (each file builds
+// on a method: o.method) plus `lane.method=M` for another method
+const byName = (list, name) => list.find(x => x.name === name);
+function laneOverrides() {
+  const m = byName(options.methods, $("#r-method").value), o = byName(options.objectives, $("#r-objective").value);
+  if (!m || !o) return [];
+  if (!o.option) return m.option ? ["lane=" + m.option] : ["lane.method=" + m.name];
+  return ["lane=" + o.option, ...(m.name !== o.method ? ["lane.method=" + m.name] : [])];
+}
+function laneHint() {
+  const o = byName(options.objectives, $("#r-objective").value);
+  $("#r-objective-hint").textContent = o ? o.hint : "";
+}
+// a lane written as overrides (a recipe's `lane=qlora`, `lane=dpo lane.method=full`,
+// `lane.objective=kto`) → the two selects; the overrides they replace are returned without them
+function absorbLane(words) {
+  const lane = {}, rest = [];
+  for (const w of words) {
+    const [k, v] = w.split(/=(.*)/s);
+    const m = k === "lane" && options.methods.find(x => x.option === v), o = k === "lane" && options.objectives.find(x => x.option === v);
+    if (m) { lane.method = lane.method || m.name; lane.objective = "sft"; }
+    else if (o) { lane.objective = o.name; lane.base = o.method; }
+    else if (k === "lane.method" && byName(options.methods, v)) lane.method = v;
+    else if (k === "lane.objective" && byName(options.objectives, v)) lane.objective = v;
+    else rest.push(w);
+  }
+  if (lane.objective) $("#r-objective").value = lane.objective;
+  if (lane.method || lane.base) $("#r-method").value = lane.method || lane.base;
+  laneHint();
+  return rest;
+}
 async function loadRecipe() {
   if (!options) {
     options = await api("/api/options");
-    const defaults = { hw: "cpu", rung: "tiny", spoke: "vox_lang", lane: "lora", curriculum: "flat", logger: "csv" };
-    for (const g of ["hw", "rung", "spoke", "lane", "curriculum", "logger"]) {
+    const defaults = { hw: "cpu", rung: "tiny", spoke: "vox_lang", method: options.method[0], objective: options.objective[0], curriculum: "flat", logger: "csv" };
+    for (const g of ["hw", "rung", "spoke", "method", "objective", "curriculum", "logger"]) {
       const s = $("#r-" + g); s.replaceChildren(...options[g].map(v => el("option", { value: v }, v)));
       s.value = defaults[g];
     }
+    laneHint();
+    $("#r-objective").addEventListener("input", laneHint);
+    $("#r-extra").addEventListener("change", () => {   // a lane typed here moves into the selects
+      const words = $("#r-extra").value.split(/\s+/).filter(Boolean), rest = absorbLane(words);
+      if (rest.length !== words.length) { $("#r-extra").value = rest.join(" "); schedulePlan(); }
+    });
     document.querySelectorAll("#recipe-form select, #recipe-form input").forEach(i =>
       i.addEventListener("input", schedulePlan));
   }
@@ -104,14 +142,16 @@ async function replan() {
     $("#recipe-msg").textContent = "";
     $("#plan-verdict").textContent = p.verdict; $("#plan-verdict").className = "badge b-" + p.verdict;
     $("#plan-peak").textContent = GiB(p.peak_bytes); $("#plan-budget").textContent = GiB(p.budget_bytes);
-    $("#plan-shape").textContent = `seq ${p.seq_len} × micro ${p.micro_batch} × accum ${p.grad_accum} (global ${p.global_batch}) · ${p.hw} · ${p.rung} · cell ${p.cell}`;
+    $("#plan-shape").textContent = `seq ${p.seq_len} × micro ${p.micro_batch} × accum ${p.grad_accum} (global ${p.global_batch}) · ${p.hw} · ${p.rung} · lane ${p.lane} (${p.method} × ${p.objective}) · cell ${p.cell}`;
     $("#plan-components").replaceChildren(el("tr", {}, el("th", {}, "component"), el("th", {}, "bytes")),
       ...Object.entries(p.components).map(([k, v]) => el("tr", {}, el("td", {}, k), el("td", {}, typeof v === "number" ? GiB(v) : JSON.stringify(v)))));
     $("#plan-ways").replaceChildren(...p.ways_out.map(w => el("li", {}, w)));
   } catch (e) {
     if (seq !== planSeq) return;
     $("#plan-verdict").textContent = "error"; $("#plan-verdict").className = "badge b-fail";
-    $("#recipe-msg").textContent = e.message;
+    $("#recipe-msg").textContent = e.message;   // the planner's paragraph: why, and what to pick
+    for (const id of ["#plan-peak", "#plan-budget", "#plan-shape"]) $(id).textContent = "–";
+    $("#plan-components").replaceChildren(); $("#plan-ways").replaceChildren();
   }
 }
 $("#launch").addEventListener("click", async () => {

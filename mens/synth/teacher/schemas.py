@@ -4,6 +4,7 @@
     mens_samples    → {"samples": [{"prompt": string, "response": string}, ...]}
     mens_repair     → {"response": string}
     mens_judgement  → {"winner": "A" | "B" | "tie", "reason": string}   (mens.eval.judge)
+    mens_reward     → {"reason": string, "score": 0 | 1 | … | 10}    (mens.objective.rewards)
 
 `SCHEMAS[name]` is the strict JSON Schema sent as `response_format = {"type": "json_schema",
 "json_schema": {"name": name, "schema": SCHEMAS[name], "strict": true}}` — OpenAI's strict subset
@@ -25,7 +26,7 @@ from dataclasses import dataclass, field
 
 from jsonschema import Draft202012Validator
 
-NAMES = ("mens_subtopics", "mens_samples", "mens_repair", "mens_judgement")
+NAMES = ("mens_subtopics", "mens_samples", "mens_repair", "mens_judgement", "mens_reward")
 
 _STR = {"type": "string"}
 SAMPLE = {"type": "object", "properties": {"prompt": _STR, "response": _STR},
@@ -44,6 +45,12 @@ SCHEMAS: dict[str, dict] = {
                        "properties": {"winner": {"type": "string", "enum": ["A", "B", "tie"]},
                                       "reason": _STR},
                        "required": ["winner", "reason"], "additionalProperties": False},
+    # GRPO's teacher reward (grpo.reward=teacher): one answer scored 0..10; `reason` comes first
+    # so the judge explains before it scores (a strict endpoint writes properties in order)
+    "mens_reward": {"type": "object",
+                    "properties": {"reason": _STR,
+                                   "score": {"type": "integer", "enum": list(range(11))}},
+                    "required": ["reason", "score"], "additionalProperties": False},
 }
 
 

@@ -1,0 +1,118 @@
+"""GRPO's sampling: G answers to each chat prompt from the policy as it is (transformers'
+`generate`, left padding, as TRL's GRPOTrainer samples), and the per-token log-probs of those
+answers under a model (the policy, the reference). Shapes as in mens.objective.grpo: B prompts,
+G completions each, N = B·G rows; P prompt tokens (left-padded), T completion tokens.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from mens.errors import ConfigError
+
+
+@dataclass
+class Rollout:
+    """G sampled completions of each of B prompts, rows grouped by prompt (prompt i: rows
+    i·G … i·G+G-1)."""
+    prompt_ids: "torch.Tensor"         # (N, P) left-padded
+    prompt_mask: "torch.Tensor"        # (N, P) 1 on prompt tokens
+    completion_ids: "torch.Tensor"     # (N, T) pad after the end token
+    completion_mask: "torch.Tensor"    # (N, T) 1 up to and including the end token
+    texts: list[str]                   # N decoded completions, end token and padding left out
+    lengths: list[int]                 # N completion lengths (tokens under the mask)
+    eos: list[bool]                    # N: ended on an end token (else cut at max_new_tokens)
+    group_size: int
+    truncated: int = 0                 # prompts (of B) whose head was cut to max_prompt_tokens
+
+    @property
+    def input_ids(self):               # (N, P + T): what completion_logps scores
+        import torch
+        return torch.cat([self.prompt_ids, self.completion_ids], dim=1)
+
+    @property
+    def attention_mask(self):          # (N, P + T)
+        import torch
+        return torch.cat([self.prompt_mask, self.completion_mask], dim=1)
+
+
+def end_ids(model, tokenizer) -> list[int]:
+    """The tokens that end an answer: the generation config's eos ids, plus the tokenizer's."""
+    gen = getattr(model, "generation_config", None)
+    eos = gen.eos_token_id if gen is not None and gen.eos_token_id is not None else []
+    eos = [eos] if isinstance(eos, int) else list(eos)
+    if tokenizer.eos_token_id is not None and tokenizer.eos_token_id not in eos:
+        eos.append(tokenizer.eos_token_id)
+    return eos
+
+
+def prompt_ids(tokenizer, messages: list[dict], encoder=None) -> list[int]:
+    """A chat prompt's ids with the generation prompt: the run's encoder (mens.data.encoder,
+    the template training used) when given, else the tokenizer's own chat template."""
+    text = encoder.prompt_text(messages) if encoder is not None else \
+        tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    return tokenizer.encode(text, add_special_tokens=False)
+
+
+def generate(model, tokenizer, prompts: list[list[dict]], G: int, max_new_tokens: int,
+             temperature: float = 1.0, top_p: float = 1.0, seed: int = 0,
+             encoder=None, max_prompt_tokens: int | None = None, greedy: bool = False) -> Rollout:
+    """G samples of each chat prompt with transformers' `generate` (left padding, no top-k, as
+    TRL's GRPOTrainer samples), stopping at the end tokens; seeded. A prompt longer than
+    max_prompt_tokens keeps its last tokens (TRL's max_prompt_length cuts from the left too):
+    a row is then at most max_prompt_tokens + max_new_tokens, the length the planner plans.
+    greedy: one argmax answer per prompt (G must be 1; the held-out measure), no sampling."""
+    import torch
+    from transformers import GenerationConfig
+
+    if greedy and G != 1:
+        raise ValueError("a greedy answer is one per prompt (G=1)")
+    if G < 1 or (temperature <= 0 and not greedy):
+        raise ConfigError(f"GRPO samples G ≥ 1 completions at a temperature > 0 (got G={G}, "
+                          f"temperature={temperature}).", key="grpo.num_generations")
+    eos = end_ids(model, tokenizer)
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos[0]
+    rows = [prompt_ids(tokenizer, p, encoder) for p in prompts]
+    cut = sum(len(r) > max_prompt_tokens for r in rows) if max_prompt_tokens else 0
+    if cut:
+        rows = [r[-max_prompt_tokens:] for r in rows]
+    width = max(map(len, rows))
+    device = next(model.parameters()).device
+    ids = torch.tensor([[pad] * (width - len(r)) + r for r in rows], device=device)   # (B, P)
+    mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows], device=device)
+    sampling = {} if greedy else {"temperature": temperature, "top_p": top_p, "top_k": 0}
+    config = GenerationConfig(max_new_tokens=max_new_tokens, do_sample=not greedy,
+                              num_return_sequences=G, eos_token_id=eos, pad_token_id=pad,
+                              **sampling)
+    was_training = model.training
+    model.eval()
+    torch.manual_seed(seed)
+    with torch.no_grad():
+        seqs = model.generate(input_ids=ids, attention_mask=mask, generation_config=config)
+    model.train(was_training)
+    completion = seqs[:, width:]                                            # (N, T)
+    is_end = torch.isin(completion, torch.tensor(eos, device=device))      # (N, T)
+    T = completion.shape[1]
+    # the first end token of each row (T when none): the mask keeps it, as TRL's does
+    first = torch.where(is_end.any(1), is_end.int().argmax(1), torch.full_like(is_end[:, 0], T,
+                                                                               dtype=torch.long))
+    cmask = (torch.arange(T, device=device)[None, :] <= first[:, None]).long()   # (N, T)
+    completion = completion.masked_fill(cmask == 0, pad)
+    lengths = cmask.sum(1).tolist()
+    texts = [tokenizer.decode(row[:n - (1 if e else 0)].tolist(), skip_special_tokens=True)
+             for row, n, e in zip(completion, lengths, is_end.any(1).tolist())]
+    return Rollout(ids.repeat_interleave(G, 0), mask.repeat_interleave(G, 0), completion, cmask,
+                   texts, lengths, is_end.any(1).tolist(), G, cut)
+
+
+def completion_logps(model, input_ids, attention_mask, completion_mask, temperature: float = 1.0):
+    """(N, T) log-probs of the completion tokens (the last T = completion_mask.shape[1] columns
+    of input_ids) under `model`, logits divided by the sampling temperature as TRL does."""
+    import torch
+
+    T = completion_mask.shape[1]
+    # logits_to_keep=T+1: the last position's logits predict nothing in the completion
+    logits = model(input_ids=input_ids, attention_mask=attention_mask,
+                   logits_to_keep=T + 1).logits[:, :-1, :] / temperature   # (N, T, V)
+    logps = torch.log_softmax(logits.float(), dim=-1)
+    out = logps.gather(-1, input_ids[:, -T:].unsqueeze(-1)).squeeze(-1)   # (N, T)
+    return out.masked_fill(completion_mask == 0, 0.0)     # 0 past the end, as TRL's fused head
