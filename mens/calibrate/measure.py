@@ -132,7 +132,7 @@ def unpacked_rows(record: dict, out_dir: Path) -> None:
     the longest rows its measured steps really had as its seq_len (what the analytic model is
     evaluated at when the record is fitted or checked), the planned one as planned_seq_len,
     and says so."""
-    from mens.run.telemetry import read
+    from mens.run.telemetry import Event, read
 
     lane = record["lane"]
     if lane.get("objective", "sft") == "sft":
@@ -140,7 +140,7 @@ def unpacked_rows(record: dict, out_dir: Path) -> None:
     if lane.get("generation_tokens"):          # the step's rows/length (mens.objective.grpo)
         tel = RunDir(out_dir).telemetry
         widths = [r["rows/length"] for r in (read(tel) if tel.is_file() else [])
-                  if r.get("event") == "TRAIN_STEP" and r.get("rows/length")]
+                  if r.get("event") == Event.TRAIN_STEP and r.get("rows/length")]
     else:                                      # the loader's batches (rows, width)
         widths = [shape[-1] for shape in record.get("batch_shapes") or []]
     if widths and int(max(widths)) != record["seq_len"]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 
 from mens.data.examples import examples_for
-from mens.data.formats import kind
+from mens.data.formats import kind, turns
 from mens.data.pack_order import EVAL_MICRO, eval_chunks  # noqa: F401 (shared with the loop)
 from mens.data.select import collateral_spoke, eval_records  # noqa: F401 (re-exported)
 from mens.run.telemetry import Event
@@ -196,7 +196,9 @@ def objective_held_out(objective, model, spec, tel, which: str) -> dict | None:
     if not objective.measures_held_out:
         return None
     name, recs = eval_records(spec).get("eval") or (None, [])
-    recs = [r for r in recs if "messages" in r][:spec.train.eval_max_records]
+    # a pair or labeled record's prompt is its conversation's head as a chat's is
+    recs = [r if kind(r) == "chat" else {**r, "messages": turns(r)}
+            for r in recs if kind(r) != "text"][:spec.train.eval_max_records]
     out = objective.held_out(model, recs) if recs else None
     if out is None:
         return None

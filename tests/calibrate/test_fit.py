@@ -210,8 +210,8 @@ OBJECTIVE_CELLS = ("cpu/lora-dpo/nockpt/fp32", "cpu/lora-grpo/nockpt/fp32")
 
 def test_committed_objective_cells_and_their_held_out_shapes():
     """DPO's and GRPO's cells are what their committed records fit, and each one's held-out
-    shape (a micro-batch of 3, rows longer than any it was fitted on) is within the committed
-    prediction + its stated uncertainty."""
+    shape (a micro-batch of 3, beyond the fitted 1 and 2) is within the committed prediction +
+    its stated uncertainty."""
     from mens.plan.memory import min_margin, predict
 
     recs, c = committed()
@@ -226,10 +226,10 @@ def test_committed_objective_cells_and_their_held_out_shapes():
                 term["uncertainty"], (key, t)
     held = [r for r in recs if r["role"] == "held_out" and r["cell"] in OBJECTIVE_CELLS]
     assert sorted(r["cell"] for r in held) == sorted(OBJECTIVE_CELLS)
-    for r in held:
-        fitted_len = max(x["seq_len"] for x in recs if x["cell"] == r["cell"] and
-                         x["role"] == "fit")
-        assert r["seq_len"] > fitted_len and r["micro_batch"] == 3
+    for r in held:   # a micro-batch beyond any fitted (its rows as long as the fit's or longer)
+        fitted = [x for x in recs if x["cell"] == r["cell"] and x["role"] == "fit"]
+        assert r["micro_batch"] > max(x["micro_batch"] for x in fitted)
+        assert r["seq_len"] >= max(x["seq_len"] for x in fitted)
         pred = predict(record_components(r, c), usable_cell(c, r["cell"]), min_margin(c))
         assert r["measured_peak_bytes"] <= pred["peak_bytes"], (r["id"], pred)
 

@@ -89,16 +89,19 @@ def test_the_reference_copy_is_the_whole_model_only_where_grpo_deepcopies_it(com
 
 
 def test_oracle_processes_follow_the_check_and_the_backend(compile_run):
-    sizes = load_contract()["oracle_process_mib"]
-    _, shell, _ = _grpo(compile_run)
-    assert shell.components["oracle_procs"] == ORACLE_WORKERS * sizes["default"] * 2**20
-    spec, rust = compile_run(*CPU, "lane=grpo", "spoke=rust_workspace", "train.seq_len=256",
-                             "train.micro_batch=2", "train.global_batch=2")
-    assert rust.components["oracle_procs"] == ORACLE_WORKERS * sizes["rust_compiles"] * 2**20
-    # on a GPU host memory is not the budget: the processes are not counted against it
-    arch = Arch.of(spec.rung)
-    lane = lane_model(spec.lane, spec.lane.precision, None, spec.spoke.admission.check)
-    assert components(arch, lane, rust.shape, "cuda", load_contract())["oracle_procs"] == 0
+    """The analytic component (a calibrated cell scales it with the overhead term it is fitted
+    in: mens.calibrate.records.terms_for)."""
+    c = load_contract()
+    sizes = c["oracle_process_mib"]
+    for spoke, check in (("structured_shell", "default"), ("rust_workspace", "rust_compiles")):
+        spec, plan = compile_run(*CPU, "lane=grpo", f"spoke={spoke}", "train.seq_len=256",
+                                 "train.micro_batch=2", "train.global_batch=2")
+        arch = Arch.of(spec.rung)
+        lane = lane_model(spec.lane, spec.lane.precision, None, spec.spoke.admission.check)
+        raw = components(arch, lane, plan.shape, "cpu", c)
+        assert raw["oracle_procs"] == ORACLE_WORKERS * sizes[check] * 2**20
+        # on a GPU host memory is not the budget: the processes are not counted against it
+        assert components(arch, lane, plan.shape, "cuda", c)["oracle_procs"] == 0
 
 
 def test_a_record_of_unpacked_rows_is_kept_at_the_rows_it_had(tmp_path):
