@@ -8,7 +8,10 @@ Two fetches, at two moments of a run:
   generation config and tokenizer — never .bin/.pth/.gguf/onnx or `original/` copies of the same
   weights (NEEDED). huggingface_hub's snapshot_download does the work, with its own progress bars.
 
-Both look in the local hub cache first (mens.source.weights' cache walk: no network, no
+A third, `fetch_adapter`, brings a pushed PEFT adapter (`adapter=org/name[@rev]`): its config,
+safetensors weights, card and tokenizer files only.
+
+All three look in the local hub cache first (mens.source.weights' cache walk: no network, no
 huggingface_hub import when the files are there) and return (snapshot dir, commit). The commit is
 what spec.yaml records, so a re-run loads the same snapshot even after `main` moves.
 
@@ -19,12 +22,13 @@ temporary name and deletes it on failure, so a half-transferred file restarts fr
 
 The token comes from the HF_TOKEN environment variable only (not from `hf auth login`'s file, not
 from config), is handed to huggingface_hub and never written or printed. Every failure the user
-can fix is a ConfigError (exit 2, key `rung`) in one paragraph with the way out.
+can fix is a ConfigError (exit 2, key `rung`, or `adapter`) in one paragraph with the way out.
 """
 from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 from pathlib import Path
 
@@ -41,6 +45,11 @@ META = ("config.json", *TOKENIZER)
 # "*.safetensors" would take original/*.safetensors too).
 NEEDED = ("model*.safetensors", "model.safetensors.index.json", "config.json",
           "generation_config.json", *TOKENIZER)
+# A pushed PEFT adapter: its config and safetensors weights, its card, and a tokenizer when it
+# ships one (never checkpoints, optimizer states or GGUF copies a repo may also hold)
+ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors", "README.md", *TOKENIZER)
+ADAPTER_WEIGHTS = ("adapter_model.safetensors", "adapter_model.bin")
+REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
 
 # --- public API ------------------------------------------------------------------------------
@@ -82,6 +91,52 @@ def download_weights(repo_id: str, revision: str | None = None,
                           f".bin/.pth/.gguf. Pick a repository with safetensors weights.",
                           key="rung")
     return path, commit
+
+
+def fetch_adapter(ref: str) -> tuple[Path, dict]:
+    """`adapter=`: a local PEFT adapter dir (returned as is) or a Hub repo `org/name[@revision]`.
+
+    Returns (local dir, source): {"path"} for a dir, {"repo_id", "revision", "commit"} for the
+    Hub, the commit being what a rerun pins (`org/name@<commit>`). The hub cache first: a
+    snapshot holding adapter_config.json + weights answers without any network. Else a
+    snapshot_download of ADAPTER_FILES only. Failures: ConfigError key `adapter`, one paragraph."""
+    ref = str(ref).strip()
+    local = Path(ref).expanduser()
+    if local.is_dir():
+        if not is_adapter_dir(local) and is_adapter_dir(local / "adapter"):
+            local = local / "adapter"          # a finished run dir: its adapter/
+        if not is_adapter_dir(local):
+            raise ConfigError(f"adapter={ref} is a directory without a PEFT adapter: it needs "
+                              f"adapter_config.json and adapter_model.safetensors (or .bin). "
+                              f"Give a run dir (or its adapter/), or a Hub repo as "
+                              f"`adapter=ORG/NAME`.", key="adapter")
+        return local.resolve(), {"path": str(local.resolve())}
+    repo_id, at, revision = ref.partition("@")
+    if not REPO_ID.match(repo_id) or "@" in revision or (at and not revision):
+        raise ConfigError(f"adapter={ref} is neither a directory here nor a Hub repo id: give a "
+                          f"local PEFT adapter dir, or `adapter=ORG/NAME` (optionally "
+                          f"`@REVISION`, a branch, tag or commit).", key="adapter")
+    revision = revision or None
+    cached = _cached_snapshot(repo_id, revision, is_adapter_dir)
+    if cached is None:
+        if offline():
+            raise ConfigError(_offline_message(repo_id, revision, ADAPTER_FILES, "adapter files",
+                                               "HF_HUB_OFFLINE=1 forbids downloading", "adapter"),
+                              key="adapter")
+        cached = _snapshot(repo_id, revision, ADAPTER_FILES, key="adapter")
+        if not is_adapter_dir(cached[0]):
+            raise ConfigError(f"{repo_id}@{cached[1]} holds no PEFT adapter (adapter_config.json "
+                              f"+ adapter_model.safetensors): is it a model rather than an "
+                              f"adapter? A whole model is a base: `+rung=hf rung.repo_id="
+                              f"{repo_id}`.", key="adapter")
+    path, commit = cached
+    return path, {"repo_id": repo_id, "revision": revision, "commit": commit}
+
+
+def is_adapter_dir(d: Path) -> bool:
+    d = Path(d)
+    return (d / "adapter_config.json").is_file() and any((d / w).is_file()
+                                                         for w in ADAPTER_WEIGHTS)
 
 
 def portable_adapter(adapter_dir: Path | str, repo_id: str, revision: str | None) -> Path:
@@ -136,36 +191,38 @@ def _env_true(name: str) -> bool:
     return os.environ.get(name, "").upper() in ("1", "ON", "YES", "TRUE")
 
 
-def _offline() -> bool:
+def offline() -> bool:
     """HF_HUB_OFFLINE read now: huggingface_hub reads it once, at import."""
     return _env_true("HF_HUB_OFFLINE") or _env_true("TRANSFORMERS_OFFLINE")
 
 
-def _endpoint() -> str:
+def endpoint() -> str:
+    """HF_ENDPOINT read now (huggingface_hub reads it once, at import), without a trailing /."""
     return (os.environ.get("HF_ENDPOINT") or "https://huggingface.co").rstrip("/")
 
 
 def _refuse_if_offline(repo_id, revision, allow_download, patterns, what: str) -> None:
     if not allow_download:
         reason = "rung.download=false forbids downloading"
-    elif _offline():
+    elif offline():
         reason = "HF_HUB_OFFLINE=1 forbids downloading"
     else:
         return
     raise ConfigError(_offline_message(repo_id, revision, patterns, what, reason), key="rung")
 
 
-def _offline_message(repo_id, revision, patterns, what: str, reason: str) -> str:
+def _offline_message(repo_id, revision, patterns, what: str, reason: str,
+                     key: str = "rung") -> str:
     rev = f"@{revision}" if revision else "@main (unpinned)"
     where = ", ".join(str(c) for c in hub_cache_dirs())
     return (f"The {what} of {repo_id}{rev} are not in the local hub cache ({where}) and "
             f"{reason}. On a machine with network access run "
             f"`{download_command(repo_id, revision, patterns)}`, then copy its hub cache to this "
-            f"machine and set HF_HUB_CACHE to it (or unset HF_HUB_OFFLINE here); or pass a local "
-            f"model directory with `rung.path=/dir`; or use `rung.init=random`.")
+            f"machine and set HF_HUB_CACHE to it (or unset HF_HUB_OFFLINE here); "
+            f"{HINTS[key]['local']}.")
 
 
-def _http():
+def http_lib():
     """The HTTP library huggingface_hub raises from: httpx2 in 2.x (a fork of httpx), else httpx."""
     try:
         import httpx2 as http
@@ -174,22 +231,23 @@ def _http():
     return http
 
 
-def _snapshot(repo_id: str, revision: str | None, patterns) -> tuple[Path, str]:
+def _snapshot(repo_id: str, revision: str | None, patterns,
+              key: str = "rung") -> tuple[Path, str]:
     """snapshot_download of `patterns` into the first hub cache; (snapshot dir, commit)."""
     from huggingface_hub import snapshot_download
 
     cache = hub_cache_dirs()[0]   # the one huggingface_hub itself would use, read now
     try:
         path = snapshot_download(repo_id, revision=revision, allow_patterns=list(patterns),
-                                 cache_dir=str(cache), endpoint=_endpoint(),
+                                 cache_dir=str(cache), endpoint=endpoint(),
                                  token=os.environ.get("HF_TOKEN") or False)
-    except (OSError, _http().HTTPError, ValueError) as e:
-        raise ConfigError(_explain(e, repo_id, revision, patterns), key="rung") from None
+    except (OSError, http_lib().HTTPError, ValueError) as e:
+        raise ConfigError(_explain(e, repo_id, revision, patterns, key), key=key) from None
     path = Path(path)
     return path, path.name   # snapshots/<commit>: the resolved commit, whatever `revision` was
 
 
-def _chain(e: BaseException):
+def exception_chain(e: BaseException):
     seen = set()
     while e is not None and id(e) not in seen:
         seen.add(id(e))
@@ -197,14 +255,31 @@ def _chain(e: BaseException):
         e = e.__cause__ or e.__context__
 
 
-def _explain(e: BaseException, repo_id: str, revision: str | None, patterns) -> str:
+# What to change, per config key a download serves: the base (`rung`) or a PEFT adapter
+HINTS = {
+    "rung": {"local": "or pass a local model directory with `rung.path=/dir`; or use "
+                      "`rung.init=random`",
+             "repo": "check rung.repo_id",
+             "revision": "set rung.revision to a branch, tag or commit of {page} (or null "
+                         "for main)",
+             "offline": "or set rung.download=false and rung.path=/dir"},
+    "adapter": {"local": "or pass the adapter's local directory as `adapter=/dir`",
+                "repo": "check `adapter=ORG/NAME`",
+                "revision": "name a branch, tag or commit of {page} as `adapter=ORG/NAME@REV` "
+                            "(or drop @REV for main)",
+                "offline": "or pass the adapter's local directory as `adapter=/dir`"},
+}
+
+
+def _explain(e: BaseException, repo_id: str, revision: str | None, patterns,
+             key: str = "rung") -> str:
     """One paragraph for a failed download: the most specific cause in the exception chain."""
     from huggingface_hub import errors as hf
 
-    page, token = f"{_endpoint()}/{repo_id}", bool(os.environ.get("HF_TOKEN"))
+    page, token = f"{endpoint()}/{repo_id}", bool(os.environ.get("HF_TOKEN"))
     rev = f"@{revision}" if revision else ""
     cmd = download_command(repo_id, revision, patterns)
-    chain = list(_chain(e))
+    chain = list(exception_chain(e))
     first = lambda *types: next((x for x in chain if isinstance(x, types)), None)  # noqa: E731
     if first(hf.GatedRepoError):
         if token:
@@ -212,29 +287,29 @@ def _explain(e: BaseException, repo_id: str, revision: str | None, patterns) -> 
                     f"accept its licence on {page} with the account the token belongs to (access "
                     f"may also await the authors' approval), then re-run.")
         return (f"{repo_id} is a gated model: accept its licence on {page}, create a read token "
-                f"at {_endpoint()}/settings/tokens and set it in the environment as HF_TOKEN "
+                f"at {endpoint()}/settings/tokens and set it in the environment as HF_TOKEN "
                 f"(never in a config file), then re-run.")
     if first(hf.RevisionNotFoundError):
-        return (f"revision {revision!r} does not exist in {repo_id}: set rung.revision to a "
-                f"branch, tag or commit of {page} (or null for main).")
+        return (f"revision {revision!r} does not exist in {repo_id}: "
+                f"{HINTS[key]['revision'].format(page=page)}.")
     if first(hf.RepositoryNotFoundError):
-        return (f"{repo_id} was not found on {_endpoint()} (or it is private and "
-                f"{'HF_TOKEN has no access to it' if token else 'HF_TOKEN is not set'}): check "
-                f"rung.repo_id.")
+        return (f"{repo_id} was not found on {endpoint()} (or it is private and "
+                f"{'HF_TOKEN has no access to it' if token else 'HF_TOKEN is not set'}): "
+                f"{HINTS[key]['repo']}.")
     if first(hf.OfflineModeIsEnabled):
         return _offline_message(repo_id, revision, patterns, "files",
-                                "HF_HUB_OFFLINE=1 forbids downloading")
+                                "HF_HUB_OFFLINE=1 forbids downloading", key)
     http = first(hf.HfHubHTTPError)
     status = http.response.status_code if http is not None and http.response is not None else 0
     if status in (401, 403):
-        return (f"{_endpoint()} refused {repo_id}{rev} (HTTP {status}): "
+        return (f"{endpoint()} refused {repo_id}{rev} (HTTP {status}): "
                 f"{'the token in HF_TOKEN has no access to it' if token else 'it needs a token'}"
                 f"; set HF_TOKEN in the environment to a token with read access, then re-run.")
-    http_lib = _http()
-    if first(http_lib.ConnectError, http_lib.TimeoutException, http_lib.NetworkError):
-        return (f"could not reach {_endpoint()} to download {repo_id}{rev} (no network?). On a "
+    lib = http_lib()
+    if first(lib.ConnectError, lib.TimeoutException, lib.NetworkError):
+        return (f"could not reach {endpoint()} to download {repo_id}{rev} (no network?). On a "
                 f"machine with network access run `{cmd}`, then copy its hub cache here and set "
-                f"HF_HUB_CACHE to it; or set rung.download=false and rung.path=/dir.")
+                f"HF_HUB_CACHE to it; {HINTS[key]['offline']}.")
     what = f"HTTP {status}" if status else f"{type(e).__name__}: {e}"
-    return (f"downloading {repo_id}{rev} from {_endpoint()} failed ({what}). Files that "
+    return (f"downloading {repo_id}{rev} from {endpoint()} failed ({what}). Files that "
             f"completed stay in the hub cache: re-run to fetch the rest, or run `{cmd}`.")
