@@ -232,7 +232,7 @@ def violations_errors(g: Graph) -> list[str]:
 # comes from source; data is read before synthesis curates it; the plan reads both; stages above).
 ORDER = (("errors", "resources", "run"), ("config",), ("source",), ("data",), ("synth",),
          ("plan",), ("model",), ("objective",), ("train", "export", "serve", "calibrate", "cloud"),
-         ("compare", "eval"), ("gate",), ("recommend",), ("ladder",), ("afk",), ("studio",),
+         ("compare", "eval"), ("gate", "push"), ("recommend",), ("ladder",), ("afk",), ("studio",),
          ("cli",))
 LEVEL = {pkg: i for i, level in enumerate(ORDER) for pkg in level}
 

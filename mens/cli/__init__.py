@@ -47,6 +47,8 @@ COMMANDS = {
             "(pause, abort, status)"),
     "studio": ("mens.cli.studio", "the local web app: ladder, recipe + live plan, jobs, data, "
                "evals, serving"),
+    "push": ("mens.cli.push", "a run's adapter, card, merged model and GGUFs → the Hugging Face "
+             "Hub (push.dry_run: assemble only)"),
 }
 
 

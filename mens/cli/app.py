@@ -161,6 +161,17 @@ def main(task: Callable, argv: list[str] | None = None, name: str = "mens") -> i
             os.environ["HYDRA_FULL_ERROR"] = before
 
 
+def in_place(argv: list[str]) -> list[str]:
+    """argv for a Hydra app that makes no run dir under outputs/ and no log file (export, push:
+    they write only into their destination); the user's own hydra.* choices win."""
+    argv = list(argv)
+    for extra in ("hydra.run.dir=.", "hydra.output_subdir=null", "hydra/job_logging=none",
+                  "hydra/hydra_logging=none"):
+        if not any(a.startswith(extra.split("=")[0] + "=") for a in argv):
+            argv.append(extra)
+    return argv
+
+
 def _note_interrupt(signum, frame):
     """Python's own SIGINT behaviour (KeyboardInterrupt), remembered: a KeyboardInterrupt raised
     inside a library's C code can surface as another exception (torch turns one inside tensor

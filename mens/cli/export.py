@@ -4,16 +4,12 @@ from __future__ import annotations
 
 import sys
 
-from mens.cli.app import main as run
+from mens.cli.app import in_place, main as run
 
 
 def main(argv: list[str] | None = None) -> int:
     from mens.export.build import task
 
-    argv = list(sys.argv[1:] if argv is None else argv)
     # no Hydra run dir under outputs/ and no log file: export writes only into its destination
-    for extra in ("hydra.run.dir=.", "hydra.output_subdir=null", "hydra/job_logging=none",
-                  "hydra/hydra_logging=none"):
-        if not any(a.startswith(extra.split("=")[0] + "=") for a in argv):
-            argv.append(extra)
+    argv = in_place(sys.argv[1:] if argv is None else argv)
     return run(task, argv=argv, name="export")

@@ -503,6 +503,22 @@ class GateConfig:
 
 
 @dataclass
+class PushConfig:
+    """`mens push run=DIR push.repo=ORG/NAME` and `mens data push synth.out=DIR push.repo=…`
+    (mens.push): the run's artifacts (or a synthesized dataset) to the Hugging Face Hub, with a
+    card rendered from the evidence in the dir. The token: HF_TOKEN in the environment only."""
+    repo: Optional[str] = None       # org/name on the Hub (HF_ENDPOINT: another Hub); required
+    private: bool = True             # a repo push creates is private (an existing one keeps its visibility)
+    branch: Optional[str] = None     # commit to this branch (created from push.revision when missing); null: main
+    revision: Optional[str] = None   # where a new push.branch starts (a branch, tag or commit); null: main
+    merged: bool = False             # also the merged model (base + adapter), into <repo> beside the adapter
+    gguf: bool = False               # also the GGUFs + Modelfile, into <repo>-GGUF (the Hub's convention)
+    gguf_repo: Optional[str] = None  # null: <push.repo>-GGUF
+    dry_run: bool = False            # write exactly what would be uploaded into <dir>/push/, upload nothing
+    message: Optional[str] = None    # the commit message; null: one naming the run and its spec
+
+
+@dataclass
 class AfkConfig:
     """`mens afk` (mens.afk): the unattended queue — each cell planned, based, trained, gated."""
     # rung/spoke ids (`afk.cells=[tiny/vox_lang]`); []: every cell missing or stale that fits
@@ -550,6 +566,9 @@ class MensConfig:
     logger: LoggerConfig = MISSING   # the `logger` group (default: wandb)
     teacher: TeacherConfig = MISSING   # the `teacher` group (default: auto), mens.synth.teacher
     run: Optional[str] = None        # a finished run dir: what export / serve / compare read
+    # a PEFT adapter instead of a run: a Hub repo id (org/name, org/name@revision) or a local dir;
+    # train continues from it, eval / export / serve read it (mens.source.hub.fetch_adapter)
+    adapter: Optional[str] = None
     export: ExportConfig = field(default_factory=ExportConfig)
     serve: ServeConfig = field(default_factory=ServeConfig)
     compare: CompareConfig = field(default_factory=CompareConfig)
@@ -563,6 +582,7 @@ class MensConfig:
     ladder: LadderConfig = field(default_factory=LadderConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
     gate: GateConfig = field(default_factory=GateConfig)
+    push: PushConfig = field(default_factory=PushConfig)
     studio: StudioConfig = field(default_factory=StudioConfig)
 
 

@@ -21,7 +21,7 @@ BAD = "lane=lorax"   # an unknown option of a config group every command compose
 SHAPES = [["train"], ["plan"], ["export"], ["serve"], ["serve", "promote", "vox_lang"],
           ["serve", "rollback", "vox_lang"], ["serve", "aliases"], ["compare"], ["calibrate"],
           ["fit"], ["data", "inspect"], ["data", "tree", "expand"], ["data", "synth"],
-          ["data", "curate", "list"], ["demo"], ["cloud", "estimate"], ["cloud", "launch"],
+          ["data", "curate", "list"], ["data", "push"], ["push"], ["demo"], ["cloud", "estimate"], ["cloud", "launch"],
           ["cloud", "catalog", "refresh"], ["recommend"], ["ladder"], ["eval"], ["gate"], ["afk"],
           ["afk", "status"], ["afk", "pause"], ["afk", "abort"], ["studio"]]
 

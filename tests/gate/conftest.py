@@ -8,11 +8,10 @@ never writes valid Vox (pass@1 measured 0/200 for base and tuned at 256 tokens),
 its held-out loss at any answer length; the verdicts stand on the loss and the guards."""
 from __future__ import annotations
 
-import shutil
 
 import pytest
 
-from train_util import FAST_TRAIN
+from train_util import FAST_TRAIN, run_copy
 
 FAST_GATE = ["logger=csv", "gate.metric=loss", "gate.max_prompts=4", "gate.k=1",
              "gate.max_new_tokens=16"]
@@ -23,14 +22,6 @@ DEFAULT_GATE = ["logger=csv", "gate.max_new_tokens=64"]
 WELL_TRAINED = ["+hw=cpu", "logger=csv", "train.seq_len=256", "train.global_batch=8",
                 "train.micro_batch=8", "curriculum=flat", "train.eval_max_records=6",
                 "lane.optimizer.lr=1e-3"]
-
-
-def run_copy(run, dest):
-    dest.mkdir(parents=True)
-    for name in ("spec.yaml", "summary.json", "plan.json", "telemetry.jsonl"):
-        shutil.copy2(run / name, dest / name)
-    shutil.copytree(run / "adapter", dest / "adapter")
-    return dest
 
 
 def gate(run, *overrides):

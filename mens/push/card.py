@@ -1,0 +1,410 @@
+"""The model card (README.md) of a pushed run, rendered from the run dir alone.
+
+The YAML is built with huggingface_hub's ModelCardData / EvalResult, so it is exactly what the
+Hub parses: base_model, library_name, pipeline_tag, tags, datasets, license (the base's, else
+`other` with a note) and a model-index of the tuned model's eval.json rows (each metric's
+value is the tuned model's; its interval and the base's value are in the metric's name). The
+body carries the evidence a reader wants: the data (spoke, sources, the data lock), the
+training (lane, shape, steps, tokens, time, hardware, predicted vs measured peak and the plan's
+cell), the evaluation tables with intervals, the gate receipt, how to run it, the limits.
+
+What the run dir lacks is said, never invented: no eval.json → "not evaluated"; eval.json or
+gate.json that judged other weights (artifact_sha256 differs) → stale, left out of the
+model-index. Nothing secret is read: only named fields of spec.yaml, never the whole spec.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from mens.eval.report import GROUPS, fmt_gain, fmt_value, is_rate
+from mens.run.receipt import artifact_sha256, read_receipt, receipt_status
+from mens.run.rundir import RunDir
+from mens.run.telemetry import Event
+
+INDEX_GROUPS = ("in_domain", "benchmark")     # the model-index: the run's own task + lm-eval
+
+
+def _gib(n) -> str:
+    return "—" if n is None else f"{n / 2**30:.2f} GiB"
+
+
+def base_identity(spec: dict) -> dict:
+    """{repo_id, revision (a hub commit, or None), pin (what names the bytes), bundled}."""
+    from mens.resources import ASSETS
+
+    r = spec.get("rung") or {}
+    commit = r.get("commit") or r.get("revision")
+    pin = commit
+    if r.get("tokenizer_bundled"):      # the embedded asset: its weights' sha256 names it
+        sums = (ASSETS / str(r.get("name")) / "SHA256SUMS")
+        if sums.is_file():
+            words = sums.read_text().split()
+            pin = "sha256:" + words[words.index("model.safetensors") - 1]
+    return {"repo_id": r.get("repo_id"), "revision": commit, "pin": pin,
+            "bundled": bool(r.get("tokenizer_bundled")), "name": r.get("name")}
+
+
+LICENSE_FILE = "LICENSE.md"   # license_link of a card whose licence is `other` (the Hub wants one)
+
+
+def license_file(run_dir: Path | str) -> str | None:
+    """LICENSE.md's text when the card's licence is `other` (the Hub's metadata check requires
+    `license_name` and `license_link` then): what is known of the base's terms; None otherwise."""
+    spec = RunDir(run_dir).read_spec()
+    lic, note = base_license(spec)
+    if lic != "other":
+        return None
+    base = (spec.get("rung") or {}).get("repo_id")
+    return (f"# Licence\n\nThese weights are derived from the base model `{base}` and are bound "
+            f"by its licence. mens could not read that licence on the machine that pushed them: "
+            f"{note}.\n")
+
+
+def base_license(spec: dict) -> tuple[str, str]:
+    """(license id, note): the base's card's `license` when its README.md is on this machine
+    (a local rung.path, the embedded asset, or the local hub cache: never the network)."""
+    from huggingface_hub import ModelCard
+
+    from mens.resources import ASSETS
+
+    r = spec.get("rung") or {}
+    dirs = [Path(r["path"])] if r.get("path") else []
+    if r.get("tokenizer_bundled"):
+        dirs.append(ASSETS / str(r.get("name")))
+    elif r.get("repo_id"):
+        try:
+            from mens.source.weights import find_weights
+            st = find_weights(r["repo_id"], r.get("commit") or r.get("revision"))
+            dirs += [Path(st.path)] if st.path else []
+        except Exception:     # noqa: BLE001 — no cache entry: the note says so below
+            pass
+    for d in dirs:
+        # a README without front matter has no licence to read (and ModelCard.load would log
+        # a warning for it)
+        if (d / "README.md").is_file() and (d / "README.md").read_text()[:4] == "---\n":
+            try:
+                lic = ModelCard.load(d / "README.md", ignore_metadata_errors=True).data.license
+            except Exception:   # noqa: BLE001 — an unparsable card counts as no licence given
+                lic = None
+            if lic:
+                return str(lic), f"inherited from the base model's card ({r.get('repo_id')})"
+    return "other", (f"the base model ({r.get('repo_id')}) states no licence in a card mens "
+                     f"could read on the pushing machine, so this card says `other`: the base's "
+                     f"own terms apply — check them before use")
+
+
+def _eval(run: Path) -> tuple[dict | None, str]:
+    """(eval.json or None, why it is left out)."""
+    from mens.eval.run import read
+
+    ev = read(run)
+    if not ev:
+        return None, f"not evaluated (no eval.json: `mens eval run=<run dir>` writes one)"
+    if ev.get("artifact_sha256") and ev["artifact_sha256"] != artifact_sha256(run):
+        return None, ("not evaluated for these weights: eval.json judged other weights (the "
+                      "adapter changed since); re-run `mens eval`")
+    return ev, ""
+
+
+def _wandb(run: Path, spec: dict) -> str:
+    import os
+
+    from mens.config.schema import DEFAULT_WANDB_PROJECT
+
+    lg = spec.get("logger") or {}
+    if lg.get("kind") != "wandb":
+        return f"none: the run logged to `{lg.get('kind')}`, not wandb."
+    # the training run's wandb dir is the first one made in the run dir (eval/export add later
+    # runs of their own job types); names start with the start time, so sorted = chronological
+    found = sorted(run.glob("wandb/*run-*/run-*.wandb"), key=lambda p: p.parent.name)
+    if not found:
+        return "the run asked for wandb, but no wandb run files are in the run dir."
+    rid = found[0].stem.removeprefix("run-")
+    project = lg.get("project") or os.environ.get("WANDB_PROJECT") or DEFAULT_WANDB_PROJECT
+    ent = lg.get("entity")
+    where = (f"https://wandb.ai/{ent}/{project}/runs/{rid}" if ent
+             else f"project `{project}`, run id `{rid}`")
+    off = " (logged offline: visible once `wandb sync` uploaded it)" \
+        if found[0].parent.name.startswith("offline-") else ""
+    return f"{where}{off}"
+
+
+def eval_results(ev: dict | None) -> list:
+    """EvalResults of the in-domain and benchmark rows with a tuned value."""
+    from huggingface_hub import EvalResult
+
+    out = []
+    conf = (ev or {}).get("spec", {}).get("confidence", 0.95)
+    for r in sorted((ev or {}).get("rows", []), key=_order):
+        t = r.get("tuned") or {}
+        if r.get("group") not in INDEX_GROUPS or t.get("value") is None:
+            continue
+        lo, hi = (t.get("ci") or [None, None])[:2]
+        base = (r.get("base") or {}).get("value")
+        label = f"{r['metric']} (tuned; {conf:.0%} CI [{lo:.4g}, {hi:.4g}]" if lo is not None \
+            else f"{r['metric']} (tuned"
+        label += f"; base {base:.4g})" if base is not None else ")"
+        out.append(EvalResult(
+            task_type="text-generation", task_name=f"{r['group']}: {r['task']}",
+            dataset_type=r["task"], dataset_name=r["task"], dataset_config=r["group"],
+            dataset_split="eval" if r["group"] == "in_domain" else None,
+            metric_type=r["metric"], metric_value=t["value"], metric_name=label,
+            metric_config=f"n={r.get('n')}"))
+    return out
+
+
+def _order(r: dict):
+    g = r.get("group")
+    return (GROUPS.index(g) if g in GROUPS else 9, r.get("name", ""))
+
+
+def _table(ev: dict) -> list[str]:
+    lines = ["| group | metric | n | base | tuned | delta | gain |", "|---|---|---:|---:|---:|---:|---:|"]
+    for r in sorted(ev.get("rows", []), key=_order):
+        pct = is_rate(r)
+        lines.append(f"| {r['group']} | {r['name']}{' (%)' if pct else ''} | {r.get('n')} | "
+                     f"{fmt_value(r.get('base'), pct)} | {fmt_value(r.get('tuned'), pct)} | "
+                     f"{fmt_value(r.get('delta'), pct)} | {fmt_gain(r)} |")
+    return lines
+
+
+def model_card(run_dir: Path | str, repo_id: str, gguf_repo: str | None = None,
+               gguf_files: dict[str, str] | None = None) -> str:
+    """README.md of `repo_id` for the run in run_dir (YAML front matter + body). gguf_repo:
+    where the GGUFs go; gguf_files: their names there ({file: what}, mens.push.model)."""
+    from huggingface_hub import ModelCard, ModelCardData
+
+    run = Path(run_dir)
+    rd = RunDir(run)
+    spec, plan, summ = rd.read_spec(), rd.read_json(RunDir.PLAN), rd.read_summary()
+    lane, r = spec.get("lane") or {}, spec.get("rung") or {}
+    method, objective = lane.get("method", "lora"), lane.get("objective", "sft")
+    full = rd.artifact_kind == RunDir.MODEL
+    base = base_identity(spec)
+    lic, lic_note = base_license(spec)
+    ev, ev_why = _eval(run)
+    data = spec.get("data") or {}
+    spoke = (spec.get("spoke") or {}).get("name")
+    hub_data = [data["name"]] if data.get("source") == "hf" and data.get("name") else None
+    results = eval_results(ev)
+    card_data = ModelCardData(
+        base_model=base["repo_id"], library_name="transformers" if full else "peft",
+        pipeline_tag="text-generation", license=lic,
+        license_name="base-model-license" if lic == "other" else None,
+        license_link=LICENSE_FILE if lic == "other" else None,
+        tags=["mens", method, objective, *([spoke] if spoke else []),
+              *([] if full else ["peft", "lora"]), "text-generation"],
+        datasets=hub_data, model_name=repo_id.split("/")[-1], eval_results=results or None)
+    pinned = f" at revision `{base['pin']}`" if base["pin"] else " (revision not pinned)"
+    domain = (spec.get("spoke") or {}).get("domain")
+    what = "A fully fine-tuned" if full else f"A {method.upper()} adapter for"
+    body = [f"# {repo_id.split('/')[-1]}", "",
+            f"{what} [{base['repo_id']}](https://huggingface.co/{base['repo_id']}){pinned}, "
+            f"trained with mens ({objective}) on the `{spoke}` spoke"
+            + (f" — {domain}" if domain else "") + ". Everything below is read from the run's "
+            f"own files (spec.yaml, plan.json, summary.json, telemetry.jsonl, eval.json, "
+            f"gate.json).", "",
+            f"License: `{lic}` — {lic_note}.", ""]
+    body += _data_section(spec, rd)
+    body += _train_section(spec, plan, summ, base)
+    body += ["## How it was evaluated", ""]
+    if summ.get("eval_loss_base") is not None:
+        body += [f"At the end of training, held-out loss on {summ.get('eval_records')} records "
+                 f"({summ.get('eval_tokens')} tokens): base {summ['eval_loss_base']:.4f} → tuned "
+                 f"{summ.get('eval_loss_adapter', float('nan')):.4f} "
+                 f"({summ.get('eval_improvement_pct', 0):+.1f} %).", ""]
+    if ev is None:
+        body += [f"`mens eval`: {ev_why}.", ""]
+    else:
+        conf = ev.get("spec", {}).get("confidence", 0.95)
+        body += [f"`mens eval` ({ev.get('duration_s', 0):.0f} s): {conf:.0%} intervals, "
+                 f"bootstrap over items, paired base vs tuned; gain > 0 is better (loss: the "
+                 f"share of the base's loss removed; rates: points). The model-index above holds "
+                 f"the tuned model's in-domain and benchmark values.", "", *_table(ev), ""]
+    body += _gate_section(run)
+    body += _usage_section(repo_id, base, lane, full, gguf_repo, gguf_files or {})
+    body += _limits(spec, plan, summ, ev, base)
+    # no date or local path in the card: a re-push of the same run must upload nothing new
+    body += ["## Tracking", "", f"wandb: {_wandb(run, spec)}", "", "Card written by `mens push`.", ""]
+    text = f"---\n{card_data.to_yaml()}\n---\n\n" + "\n".join(body)
+    return str(ModelCard(text))      # parsed once here: a card the Hub cannot read fails now
+
+
+def _data_section(spec: dict, rd: RunDir) -> list[str]:
+    sp, data = spec.get("spoke") or {}, spec.get("data") or {}
+    out = ["## What it is for", ""]
+    if data.get("source", "spoke") == "spoke":
+        out.append(f"The `{sp.get('name')}` spoke: {sp.get('domain', '')}. "
+                   f"Profile: {', '.join(sp.get('profile') or [])}.")
+        rows = (rd.telemetry_rows(Event.DATA) or [{}])[0].get("by_source") or {}
+        if sp.get("sources"):
+            out += ["", "| source | weight | records selected |", "|---|---:|---:|"]
+            out += [f"| {s['name']} | {s.get('weight')} | "
+                    f"{(rows.get(s['name']) or {}).get('selected', '—')} |" for s in sp["sources"]]
+    elif data.get("source") == "hf":
+        out.append(f"Trained on the Hub dataset `{data.get('name')}` (split `{data.get('split')}`"
+                   f", revision `{data.get('revision') or 'main'}`).")
+    else:
+        paths = data.get("path")
+        names = [Path(str(p)).name for p in (paths if isinstance(paths, list) else [paths])]
+        out.append(f"Trained on the user's files: {', '.join(names)}.")
+    lock = spec.get("data_lock") or []
+    if lock:
+        out += ["", "Data lock (the exact bytes trained on):", ""]
+        for x in lock:
+            what = x.get("corpus") or (Path(x["path"]).name if x.get("path") else None) \
+                or f"{x.get('dataset')}[{x.get('split')}]@{x.get('revision')}"
+            pin = x.get("sha256") or x.get("fingerprint")
+            out.append(f"- `{what}`: sha256 `{pin}`" + (f", {x['bytes']} bytes" if x.get("bytes")
+                                                          else ""))
+    else:
+        out += ["", "No data lock was recorded for this run."]
+    return out + [""]
+
+
+def _train_section(spec, plan, summ, base) -> list[str]:
+    lane, tr, hw = spec.get("lane") or {}, spec.get("train") or {}, spec.get("hw") or {}
+    lora = lane.get("lora") or {}
+    det = spec.get("detected") or {}
+    out = ["## How it was trained", "",
+           f"- lane: `{lane.get('name')}` — method {lane.get('method')}, objective "
+           f"{lane.get('objective')}, precision {lane.get('precision')}"
+           + (f"; LoRA r={lora.get('r')}, alpha={lora.get('alpha')}, dropout "
+              f"{lora.get('dropout')}, targets {', '.join(lora.get('targets') or [])}"
+              if lane.get("method") != "full" else ""),
+           f"- base: `{base['repo_id']}` @ `{base['pin'] or 'unpinned'}` (rung `{base['name']}`"
+           f", init {(spec.get('rung') or {}).get('init')})",
+           f"- shape: seq_len {tr.get('seq_len')} × micro_batch {tr.get('micro_batch')} × "
+           f"grad_accum {tr.get('grad_accum')} (global batch {tr.get('global_batch')}), packing "
+           f"{tr.get('packing')}",
+           f"- optimizer: {(lane.get('optimizer') or {}).get('name')} lr "
+           f"{(lane.get('optimizer') or {}).get('lr')}, schedule {tr.get('schedule')}, seed "
+           f"{tr.get('seed')}; curriculum `{(spec.get('curriculum') or {}).get('name')}`",
+           f"- steps {summ.get('steps')} ({summ.get('epochs')} epochs), {summ.get('train_tokens')}"
+           f" tokens, {summ.get('duration_s')} s ({summ.get('tokens_per_sec')} tokens/s)",
+           f"- hardware: {det.get('device_name') or hw.get('description')} ({hw.get('backend')}"
+           f"), {summ.get('world_size', 1)} process(es), strategy {summ.get('strategy')}",
+           f"- memory: predicted peak {_gib(summ.get('predicted_peak_bytes'))}, measured "
+           f"{_gib(summ.get('measured_peak_bytes'))} ({summ.get('measured_peak_kind', '')}); "
+           f"plan cell `{plan.get('cell')}`, "
+           + ("calibrated" if plan.get("calibrated") else "UNCALIBRATED (analytic)")
+           + (f" ±{plan['uncertainty']:.0%}" if plan.get("uncertainty") else ""),
+           f"- trainable parameters: {summ.get('trainable_params')} of {summ.get('total_params')}",
+           f"- software: " + ", ".join(f"{k} {v}" for k, v in (spec.get("versions") or {}).items()
+                                     if v), ""]
+    return out
+
+
+def _gate_section(run: Path) -> list[str]:
+    receipt = read_receipt(run)
+    status, why = receipt_status(run, receipt)
+    if status == "none":
+        return ["Gate: not gated (no gate.json; `mens gate run=<run dir>` writes one).", ""]
+    if status == "void":
+        return [f"Gate: void — {why}.", ""]
+    out = [f"Gate (`mens gate`, {receipt.get('metric')}): **{receipt.get('verdict', '?').upper()}**"]
+    out += [f"- {x}" for x in receipt.get("reasons") or []]
+    return out + [""]
+
+
+def _usage_section(repo_id, base, lane, full, gguf_repo, files: dict) -> list[str]:
+    rev = f', revision="{base["revision"]}"' if base["revision"] else ""
+    name = repo_id.split("/")[-1]
+    if full:
+        py = ["from transformers import AutoModelForCausalLM, AutoTokenizer", "",
+              f'model = AutoModelForCausalLM.from_pretrained("{repo_id}")',
+              f'tok = AutoTokenizer.from_pretrained("{repo_id}")']
+    else:
+        py = ["from peft import PeftModel", "from transformers import AutoModelForCausalLM, "
+              "AutoTokenizer", "",
+              f'base = AutoModelForCausalLM.from_pretrained("{base["repo_id"]}"{rev})',
+              f'tok = AutoTokenizer.from_pretrained("{base["repo_id"]}"{rev})',
+              f'model = PeftModel.from_pretrained(base, "{repo_id}")']
+    out = ["## How to run it", ""]
+    if base["bundled"]:
+        out += [f"`{base['repo_id']}` is not a Hub repository: it ships inside mens "
+                f"(`mens/assets/{base['name']}`, `pip install mens`); pass that directory where "
+                f"the snippets below name `{base['repo_id']}`.", ""]
+    out += ["transformers" + ("" if full else " + PEFT") + ":", "", "```python", *py, "```", ""]
+    if not full:
+        r = (lane.get("lora") or {}).get("r", 16)
+        out += ["vLLM:", "", "```bash", f"vllm serve {base['repo_id']} --enable-lora "
+                f"--max-lora-rank {max(16, r)} --lora-modules {name}=$(hf download {repo_id})",
+                "```", ""]
+    if gguf_repo:
+        g = gguf_repo
+        out += [f"llama.cpp and Ollama: the GGUFs are in [{g}](https://huggingface.co/{g}):", "",
+                "```bash", f"hf download {g} --local-dir {g.split('/')[-1]} && cd "
+                f"{g.split('/')[-1]}"]
+        model = _pick(files, "model", "<model GGUF>")
+        out.append(f"llama-cli -m {model} -p 'Hello'")
+        if not full:
+            out.append(f"llama-cli -m {_pick(files, 'base', '<base GGUF>')} --lora "
+                       f"{_pick(files, 'LoRA', '<LoRA GGUF>')} -p 'Hello'")
+        out += [f"ollama create {name} -f Modelfile", "```", ""]
+    else:
+        out += ["llama.cpp (`--lora`) and Ollama (`ollama create -f Modelfile`): no GGUFs were "
+                "pushed with this model; `mens export run=<run dir>` writes them, `mens push "
+                "push.gguf=true` publishes them.", ""]
+    return out
+
+
+def _limits(spec, plan, summ, ev, base) -> list[str]:
+    out = ["## Limitations", ""]
+    r = spec.get("rung") or {}
+    if base["bundled"]:
+        out.append(f"- The base is mens's embedded `{r.get('name')}` model (a few million "
+                   f"parameters): a test vehicle, not a useful assistant.")
+    if r.get("init") == "random":
+        out.append("- The base was randomly initialised (rung.init=random): the weights mean "
+                   "nothing outside this run.")
+    if ev is None:
+        out.append("- Not evaluated beyond the training run's held-out loss.")
+    else:
+        ns = sorted({x.get("n") for x in ev.get("rows", []) if x.get("n") is not None})
+        if ns:
+            size = f"{ns[0]}" if len(ns) == 1 else f"{ns[0]}–{ns[-1]}"
+            out.append(f"- Evaluated on {size} items per metric: intervals are wide at these "
+                       f"sizes; read the interval, not the point.")
+    if not plan.get("calibrated"):
+        out.append(f"- The memory plan's cell `{plan.get('cell')}` was not calibrated on "
+                   f"measurements: the predicted peak is analytic.")
+    p, m = summ.get("predicted_peak_bytes"), summ.get("measured_peak_bytes")
+    if p and m and m > p:
+        out.append(f"- The measured peak exceeded the prediction by {100 * (m / p - 1):.0f} %.")
+    out.append("- Trained for one spoke: other uses were measured only as far as the tables "
+               "above show (collateral rows).")
+    return out + [""]
+
+
+def gguf_card(run_dir: Path | str, gguf_repo: str, model_repo: str, files: dict[str, str]) -> str:
+    """README.md of the GGUF repo: {file name: what it is}; base_model: the adapter repo."""
+    from huggingface_hub import ModelCard, ModelCardData
+
+    spec = RunDir(run_dir).read_spec()
+    lic, lic_note = base_license(spec)
+    name = model_repo.split("/")[-1]
+    cd = ModelCardData(base_model=model_repo, base_model_relation="quantized", license=lic,
+                       license_name="base-model-license" if lic == "other" else None,
+                       license_link=LICENSE_FILE if lic == "other" else None,
+                       library_name="gguf", pipeline_tag="text-generation",
+                       tags=["gguf", "llama.cpp", "ollama", "mens"])
+    model = _pick(files, "model", "<model GGUF>")
+    lora, basef = _pick(files, "LoRA", None), _pick(files, "base", None)
+    body = [f"# {gguf_repo.split('/')[-1]}", "",
+            f"GGUF files of [{model_repo}](https://huggingface.co/{model_repo}) (its card holds "
+            f"the training and evaluation evidence), written by `mens export`. File names follow "
+            f"the GGUF naming convention `<Name>-<Encoding>[-LoRA].gguf`.", "",
+            f"License: `{lic}` — {lic_note}.", "", "| file | what |", "|---|---|",
+            *[f"| {f} | {w} |" for f, w in files.items()], "", "## llama.cpp", "", "```bash",
+            f"llama-cli -m {model} -p 'Hello'"]
+    if lora and basef:
+        body.append(f"llama-cli -m {basef} --lora {lora} -p 'Hello'")
+    body += ["```", "", "## Ollama", "", "```bash", f"ollama create {name} -f Modelfile",
+             f"ollama run {name}", "```", ""]
+    return str(ModelCard(f"---\n{cd.to_yaml()}\n---\n\n" + "\n".join(body)))
+
+
+def _pick(files: dict[str, str], what: str, default):
+    """The first GGUF whose description starts with `what` (model / base / LoRA)."""
+    return next((f for f, w in files.items() if w.startswith(what)), default)
