@@ -4,6 +4,7 @@
     tree expand|prune|add|regen  the dataset's topic tree (mens.synth.tree)
     synth                        leaf-conditioned synthesis by a teacher (mens.synth.synth)
     curate ACTION                list / rate / tag / untag / edit / clean (mens.synth.curate)
+    push                         the dataset to a Hub dataset repo + its card (mens.push.dataset)
 
 Every subcommand takes the same Hydra overrides (`spoke=…`, `teacher=…`, `synth.out=DIR`, …).
 No Hydra app: these read or edit a dataset where it lives and make no run dir (mens.cli.app's
@@ -15,7 +16,7 @@ import sys
 from mens.cli.app import command, usage_error
 from mens.errors import EXIT_OK
 
-SUBCOMMANDS = ("inspect", "tree", "synth", "curate")
+SUBCOMMANDS = ("inspect", "tree", "synth", "curate", "push")
 TREE_ACTIONS = ("expand", "prune", "add", "regen")
 CURATE_ACTIONS = ("list", "rate", "tag", "untag", "edit", "clean")
 
@@ -50,6 +51,9 @@ def _run(sub: str, action: str | None, rest: list[str]) -> int:
     elif sub == "synth":
         from mens.synth.synth import synth
         synth(cfg)
+    elif sub == "push":
+        from mens.push.dataset import push_dataset
+        return push_dataset(cfg)
     else:
         from mens.synth.curate import curate
         curate(cfg, action)
