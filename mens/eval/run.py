@@ -33,7 +33,12 @@ def task(cfg: DictConfig, out_dir: Path) -> int:
 
 def target(cfg: DictConfig, out_dir: Path) -> tuple[Path | None, DictConfig, Path]:
     """(run dir or None, the spec evaluated, where results go). A run: its spec.yaml; a base
-    alone: the composed config compiled (torch-free) as `mens plan` would."""
+    alone: the composed config compiled (torch-free) as `mens plan` would; with `adapter=`
+    (a Hub repo or a dir) that base and the adapter, fetched and pinned as training would."""
+    if cfg.run and cfg.adapter:
+        raise ConfigError(f"run={cfg.run} and adapter={cfg.adapter}: evaluate one, the run's own "
+                          f"adapter (run=) or another over a base (`+rung=… adapter=…`).",
+                          key="adapter")
     if cfg.run:
         run = Path(cfg.run)
         rd = RunDir(run)
@@ -109,11 +114,13 @@ def evaluate(cfg: DictConfig, out_dir: Path) -> dict:
     ll_batch = planned["plans"]["loglik"].batch
     for p in planned["plans"].values():
         print(f"mens: eval plan: {p.line()}")
-    models = [m for m in ev.models if run is not None or m == "base"]
+    # adapter=: the fetched adapter (spec.adapter pinned, train.init_adapter its local dir)
+    adapter = spec.train.init_adapter if run is None and spec.get("adapter") else None
+    models = [m for m in ev.models if run is not None or adapter or m == "base"]
     if ev.tasks:   # unknown names and uncached data fail now, before any weights load
         from mens.eval.tasks import load_tasks
         load_tasks(list(ev.tasks), ev.include_path)
-    slots, base, tuned = _load(run, spec)
+    slots, base, tuned = _load(run, spec, adapter)
     rows, items, judged = [], {}, None
     try:
         if ev.tasks:
@@ -146,6 +153,7 @@ def evaluate(cfg: DictConfig, out_dir: Path) -> dict:
     from mens.run.receipt import artifact_sha256
     result = {
         "kind": "mens.eval", "version": 1, "run": str(run) if run else None,
+        "adapter": spec.adapter if adapter else None,
         "dir": str(dest), "rung": spec.rung.name, "spoke": spec.spoke.name,
         **lane_fields(spec.lane), "artifact_sha256": artifact_sha256(run) if run else None,
         "models": models, "spec": OmegaConf.to_container(ev, resolve=True),
@@ -158,8 +166,9 @@ def evaluate(cfg: DictConfig, out_dir: Path) -> dict:
     return result
 
 
-def _load(run: Path | None, spec):
-    """(slots, base slot, tuned slot or None): one PeftModel for an adapter run."""
+def _load(run: Path | None, spec, adapter: str | None = None):
+    """(slots, base slot, tuned slot or None): one PeftModel for an adapter run, or for the
+    base and `adapter=` (its local dir)."""
     if run is not None:
         from mens.compare.core import load_models
         (slots, base), (other, tuned) = load_models(run, spec)
@@ -169,9 +178,10 @@ def _load(run: Path | None, spec):
                               f"adapter on one model (evaluate model/ alone with "
                               f"rung.path=… and no run=).", key="run")
         return slots, base, tuned
-    from mens.serve.slots import BASE, Slots
-    slots = Slots(OmegaConf.to_container(spec.rung), [], seed=int(spec.train.seed))
-    return slots, slots.slots[BASE], None
+    from mens.serve.slots import BASE, Slots, Source
+    sources = [Source("tuned", Path(adapter), None)] if adapter else []
+    slots = Slots(OmegaConf.to_container(spec.rung), sources, seed=int(spec.train.seed))
+    return slots, slots.slots[BASE], slots.slots["tuned"] if adapter else None
 
 
 def _benchmarks(slots, base, tuned, ev, spec, batch: int, models: list[str]) -> list[dict]:

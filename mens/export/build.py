@@ -1,4 +1,5 @@
-"""`python -m mens.export run=<run dir> [export.*=...]`: ship a finished run.
+"""`python -m mens.export run=<run dir> [export.*=...]`: ship a finished run — or, with
+`adapter=<org/name[@rev]> | <dir>` (and the base's `+rung=…`), a pushed or local PEFT adapter.
 
 Into `<run dir>/export/` (or `export.out`): the merged Hugging Face model (`merged/`), GGUFs of it
 (`model-<type>.gguf`), the base GGUF and the LoRA adapter as GGUF (`base-<type>.gguf`,
@@ -29,14 +30,19 @@ from mens.run.rundir import RunDir, atomic_write
 
 DTYPES = ("auto", "bf16", "fp16", "fp32")
 KEEP = ("run=", "export.", "rung.path=", "hydra.")   # overrides export honours
+# with adapter= the base is the composed rung's: its overrides are honoured too
+KEEP_ADAPTER = (*KEEP, "adapter=", "rung=", "rung.", "hw=", "hw.")
 
 
 def task(cfg: DictConfig, out_dir: Path) -> int:
     from mens.export.gguf import LLAMA_TYPES, NUMPY_TYPES, require_llama_cpp
 
     ex = cfg.export
-    _only_export_overrides()
-    run = _run_dir(cfg.run)
+    _only_export_overrides(KEEP_ADAPTER if cfg.adapter else KEEP)
+    if cfg.run and cfg.adapter:
+        raise ConfigError(f"run={cfg.run} and adapter={cfg.adapter}: export one, a run (run=) or "
+                          f"an adapter over its base (`+rung=… adapter=…`).", key="adapter")
+    run = None if cfg.adapter else _run_dir(cfg.run)
     types = list(dict.fromkeys(ex.gguf))          # keep order, drop repeats
     for t in types + ([ex.base_gguf] if ex.base_gguf else []):
         if t not in NUMPY_TYPES and t not in LLAMA_TYPES:
@@ -59,18 +65,19 @@ def task(cfg: DictConfig, out_dir: Path) -> int:
     if ex.dtype not in DTYPES:
         raise ConfigError(f"export.dtype={ex.dtype}: use one of {', '.join(DTYPES)}.",
                           key="export.dtype")
-    src = _source(run, cfg)
+    src = _adapter_source(cfg) if run is None else _source(run, cfg)
     if ex.modelfile and not types and not (src["adapter"] and ex.adapter_gguf and ex.base_gguf):
         raise ConfigError("export.modelfile=true needs a GGUF for FROM: keep export.gguf non-empty "
                           "(or export.adapter_gguf with export.base_gguf), or set "
                           "export.modelfile=false.", key="export.modelfile")
-    out = _writable(Path(ex.out) if ex.out else RunDir(run).export)
+    out = _writable(Path(ex.out) if ex.out else
+                    RunDir(run).export if run else Path(out_dir) / "export" / src["label"])
     t0 = time.time()
     manifest = build(src, out, ex, types)
     print(f"mens: export done in {time.time() - t0:.1f} s · {out}")
     from mens.export.lineage import log_export
     # the training run's logger: wandb there → the GGUFs as an artifact beside its adapter
-    if log_export(run, src["logger"], out, manifest["files"], src["lane"]):
+    if run and log_export(run, src["logger"], out, manifest["files"], src["lane"]):
         print("  wandb: the GGUFs logged as an artifact (job_type export)")
     if ex.verify:
         from mens.export.verify import report_lines, verify_export
@@ -104,7 +111,7 @@ def build(src: dict, out: Path, ex, types: list[str]) -> dict:
         files += [_entry(out, p, "merged", merged.out_dtype if p.suffix == ".safetensors" else None)
                   for p in sorted(hf_dir.iterdir())]
         print(f"  merged/      {_mib(hf_dir)} ({merged.out_dtype}) — HF model dir")
-    name = f"{src['run'].name}-{src['lane']}"
+    name = f"{src.get('label') or src['run'].name}-{src['lane']}"
     lossless = LOSSLESS[merged.out_dtype]
     for t in [t for t in types if t not in LLAMA_TYPES]:
         p = write_model_gguf(gsrc, hf_dir, out / f"model-{t}.gguf", t, name)
@@ -140,7 +147,8 @@ def build(src: dict, out: Path, ex, types: list[str]) -> dict:
     if ex.modelfile:
         files += _modelfiles(out, src, types, base_file, adapter_file, notes)
     manifest = {
-        "source_run": str(src["run"]), "lane": src["lane"], "base": src["base"],
+        "source_run": str(src["run"]) if src["run"] else None,
+        "source_adapter": src.get("adapter_source"), "lane": src["lane"], "base": src["base"],
         "merge": {"dtype": merged.out_dtype, "qlora_dequantized": src["qlora"],
                   "adapter": None if src["adapter"] is None else
                   {"r": src["adapter"].r, "alpha": src["adapter"].alpha,
@@ -168,7 +176,7 @@ def _modelfiles(out: Path, src: dict, types, base_file, adapter_file, notes) -> 
         pairs.append(("Modelfile", merged, None))
     entries = []
     for fname, frm, adapter in pairs:
-        atomic_write(out / fname, modelfile_text(frm, adapter, str(src["run"]),
+        atomic_write(out / fname, modelfile_text(frm, adapter, src.get("ref") or str(src["run"]),
                                                  hf_dir=src["config_dir"]))
         entries.append(_entry(out, out / fname, "modelfile", None))
         print(f"  {fname:<24} FROM {frm}" + (f" + ADAPTER {adapter}" if adapter else ""))
@@ -220,6 +228,41 @@ def _source(run: Path, cfg) -> dict:
             "base": _base_identity(rc), "spoke": rc.spoke, "logger": rc.logger}
 
 
+def _adapter_source(cfg) -> dict:
+    """What to export from `adapter=` (mens.source.hub.fetch_adapter): the composed rung's base
+    (downloaded when missing, as training would) and the adapter, checked against it."""
+    from omegaconf import OmegaConf
+
+    from mens.export.merge import SafetensorsDir, check_adapter, load_adapter
+    from mens.model.load import weights_dir
+    from mens.source.hub import download_weights, fetch_adapter
+    from mens.plan.adapter import check_adapter_fits
+    from mens.source.resolve import fill_hf_rung, offline
+
+    rc, notes = cfg.copy(), []
+    if OmegaConf.is_missing(rc.rung, "hidden_size"):   # +rung=hf: from the model's config.json
+        fill_hf_rung(rc, notes)
+    r = rc.rung
+    if r.init == "random":
+        raise ConfigError(f"rung {r.name} is rung.init=random: random weights are never saved, "
+                          f"so there is no base to merge adapter={rc.adapter} into.", key="rung")
+    path, source = fetch_adapter(rc.adapter)
+    check_adapter_fits(path, r, rc.adapter)
+    if not r.path and not r.tokenizer_bundled:        # the base's weights, as training gets them
+        _, r.commit = download_weights(r.repo_id, r.commit or r.revision,
+                                       allow_download=r.download and not offline())
+    base = weights_dir(r)
+    adapter = load_adapter(path)
+    check_adapter(adapter, SafetensorsDir(base))     # before anything is written
+    ref = f"{source['repo_id']}@{source['commit']}" if "commit" in source else str(path)
+    notes.append(f"adapter {ref}: exported as a plain LoRA adapter over {r.name} (were it "
+                 f"trained with QLoRA, it merges here into the unquantized base)")
+    return {"run": None, "label": source["repo_id"].split("/")[-1] if "commit" in source
+            else path.name, "ref": ref, "adapter_source": source, "lane": "lora",
+            "weights": base, "config_dir": base, "adapter": adapter, "qlora": None,
+            "notes": notes, "base": _base_identity(rc), "spoke": rc.spoke, "logger": rc.logger}
+
+
 def _base_identity(rc) -> dict:
     r = rc.rung
     out = {"rung": r.name, "repo_id": r.repo_id, "revision": r.revision, "path": r.path}
@@ -264,15 +307,19 @@ def _writable(out: Path) -> Path:
     return out
 
 
-def _only_export_overrides() -> None:
+def _only_export_overrides(keep=KEEP) -> None:
     from hydra.core.hydra_config import HydraConfig
 
     from mens.config.compose import DEFAULT_GROUPS
 
     injected = {f"+{g}={o}" for g, o in DEFAULT_GROUPS.items()}
     extra = [o for o in HydraConfig.get().overrides.task
-             if o not in injected and not o.lstrip("+").startswith(KEEP)]
+             if o not in injected and not o.lstrip("+").startswith(keep)]
     if extra:
+        if keep is KEEP_ADAPTER:
+            raise ConfigError(f"export of adapter= reads the base (+rung=, rung.*) and export.*, "
+                              f"so {' '.join(extra)} would be ignored: drop it.",
+                              key=extra[0].split("=")[0])
         raise ConfigError(f"export reads the run's own spec, so {' '.join(extra)} would be "
                           f"ignored: drop it. Export takes run=, export.* and rung.path= (where "
                           f"the base weights are on this machine).", key=extra[0].split("=")[0])

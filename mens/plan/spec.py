@@ -49,17 +49,21 @@ class RunSpec:
     # frozen TeacherConfig: only a run whose training asks a teacher (grpo.reward=teacher) keeps
     # it (its keys are env var names, never the keys: mens.synth.teacher)
     teacher: object = None
+    # `adapter=` pinned (org/name@<commit>, or a local dir): a rerun/resume fetches that very
+    # snapshot again and makes it train.init_adapter (mens.plan.adapter.resolve_adapter)
+    adapter: str | None = None
 
     def to_dict(self) -> dict:
         d = json.loads(json.dumps(asdict(self)))
-        if d["teacher"] is None:
-            d.pop("teacher")
+        for k in ("teacher", "adapter"):
+            if d[k] is None:
+                d.pop(k)
         return d
 
     def config_dict(self) -> dict:
         """The re-launchable part (what `rerun=` composes from)."""
         d = self.to_dict()
-        return {k: d[k] for k in (*SECTIONS, "teacher") if k in d}
+        return {k: d[k] for k in (*SECTIONS, "teacher", "adapter") if k in d}
 
 
 def resolve_seq_len(cfg: DictConfig, notes: list[str], dataset=None) -> int:
@@ -214,6 +218,9 @@ def compile_run(cfg: DictConfig, purpose: str = "plan") -> tuple[RunSpec, Plan]:
     if OmegaConf.is_missing(cfg.rung, "hidden_size"):   # +rung=hf: from the model's config.json
         from mens.source.resolve import fill_hf_rung
         fill_hf_rung(cfg, notes)
+    if cfg.adapter:   # a pushed (or local) adapter to start from: fetched, checked, pinned
+        from mens.plan.adapter import resolve_adapter
+        resolve_adapter(cfg, notes)
     dataset = None
     if cfg.data.source != "spoke":   # the user's data: read, checked and split before planning
         from mens.data.select import dataset as load_dataset
@@ -315,7 +322,8 @@ def compile_run(cfg: DictConfig, purpose: str = "plan") -> tuple[RunSpec, Plan]:
         detected=detection, budget_gb=round(budget_gb, 3), notes=tuple(notes),
         versions=_versions(), data_lock=tuple(dataset.lock) if dataset else
         tuple(corpus_lock(cfg.spoke.name)),
-        teacher=freeze(obj.teacher) if asks_teacher(cfg.lane) else None)
+        teacher=freeze(obj.teacher) if asks_teacher(cfg.lane) else None,
+        adapter=cfg.adapter or None)
     return spec, p
 
 
@@ -393,7 +401,9 @@ def load_rerun(run_dir: str) -> DictConfig:
             print(f"mens: note: {run_dir} was written by an earlier mens: `{key}` is no longer "
                   f"a key ({why}); dropped", file=sys.stderr)
     cfg = OmegaConf.merge(OmegaConf.structured(schema.MensConfig),
-                          {k: saved[k] for k in (*SECTIONS, "teacher") if k in saved})
+                          {k: saved[k] for k in (*SECTIONS, "teacher", "adapter") if k in saved})
+    if cfg.adapter:   # re-resolved from the pinned ref: this machine's hub cache, not the old path
+        cfg.train.init_adapter = None
     if OmegaConf.is_missing(cfg, "teacher"):   # not a run's section: the group's default
         from mens.config.options import option_path
         cfg.teacher = OmegaConf.merge(OmegaConf.structured(schema.TeacherConfig),

@@ -48,7 +48,8 @@ class Slot:
 
 @dataclass
 class Source:
-    """Where an adapter comes from: a run dir (adapter/ inside) or a bare PEFT adapter dir."""
+    """Where an adapter comes from: a run dir (adapter/ inside), a bare PEFT adapter dir, or a
+    Hub repo `org/name[@revision]` (fetched into the hub cache: mens.source.hub.fetch_adapter)."""
     name: str
     adapter_dir: Path
     run: Path | None
@@ -60,6 +61,13 @@ class Source:
         if not sep:
             name, path = "", item
         p = Path(path).expanduser()
+        if not p.exists() and "/" in path and not path.startswith((".", "/", "~")):
+            from mens.source.hub import fetch_adapter   # not here: a Hub repo id
+            try:
+                p, source = fetch_adapter(path)
+            except ConfigError as e:
+                raise ConfigError(e.message, key=key) from None
+            name = name or source["repo_id"].split("/")[-1]
         if (p / "adapter_config.json").is_file():
             adapter, run = p, (p.parent if RunDir(p.parent).spec.is_file() else None)
         elif RunDir(p).artifact_kind == RunDir.ADAPTER:
@@ -318,6 +326,8 @@ def load_from_config(cfg) -> Slots:
             rung = {**rung, "path": str(RunDir(run).artifact)}   # full lane: its model is the base
         else:
             sources.append(Source.parse(str(run), key="run"))
+    if cfg.adapter:   # `mens serve adapter=org/name` (or a dir): one more slot
+        sources.append(Source.parse(str(cfg.adapter), key="adapter"))
     sources += [Source.parse(str(a)) for a in cfg.serve.adapters]
     return Slots(rung, sources, device=cfg.serve.device, dtype=cfg.serve.dtype, seed=seed,
                  require_gate=cfg.serve.require_gate)
