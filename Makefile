@@ -28,7 +28,7 @@ TEST_JOBS ?= 2
 XDIST := $(if $(filter 0,$(TEST_JOBS)),,-n $(TEST_JOBS) --dist loadfile)
 TEST_ENV := $(if $(filter 0,$(TEST_JOBS)),,OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1})
 
-.PHONY: help install run plan test test-slow test-full bench clean export serve eval compare demo
+.PHONY: help install run plan test test-slow test-full bench clean export serve eval compare demo push
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -74,6 +74,10 @@ bench: install ## benchmarks: plan start-up, train throughput, padding, export m
 export: install ## merged model, GGUFs, GGUF adapter, Modelfile of a run: make export RUN=<run dir> [ARGS=...]
 	@test -n "$(RUN)" || { echo "make export RUN=<run dir>  (a finished run, e.g. outputs/<date>/<time>_train)"; exit 2; }
 	$(PY) -m mens.export run=$(RUN) $(ARGS)
+
+push: install ## a run's adapter + evidence card (+ GGUFs) to the Hugging Face Hub (HF_TOKEN in the env): make push RUN=<run dir> REPO=<org/name> [ARGS=push.gguf=true]
+	@test -n "$(RUN)" -a -n "$(REPO)" || { echo "make push RUN=<run dir> REPO=<org/name>  (ARGS=push.dry_run=true: write <run dir>/push/ and upload nothing)"; exit 2; }
+	$(PY) -m mens.push run=$(RUN) push.repo=$(REPO) $(ARGS)
 
 serve: install ## OpenAI-compatible server on 127.0.0.1:8089: make serve RUN=<run dir> [ARGS=...]
 	$(PY) -m mens.serve $(if $(RUN),run=$(RUN)) $(ARGS)
