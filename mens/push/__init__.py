@@ -6,6 +6,8 @@
                    merged/ on request), gguf/ (renamed GGUFs, Modelfile, GGUF card), push.json
       card.py      the model card (README.md) from the run dir's evidence: spec, plan, summary,
                    telemetry, eval.json, gate.json — YAML via huggingface_hub's ModelCardData
+      base.py      what the cards say of the base: identity, licence (LICENSE.md when `other`)
+      usage.py     how to run it (PEFT, vLLM, llama.cpp, Ollama) and the GGUF repo's card
       hub.py       the upload client: HF_TOKEN from the environment only, create_repo / branch /
                    one commit per repo, unchanged files not sent
     mens data push synth.out=DIR push.repo=ORG/NAME

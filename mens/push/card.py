@@ -20,77 +20,10 @@ from mens.eval.report import GROUPS, fmt_gain, fmt_value, is_rate
 from mens.run.receipt import artifact_sha256, read_receipt, receipt_status
 from mens.run.rundir import RunDir
 from mens.run.telemetry import Event
+from mens.push.base import LICENSE_FILE, base_identity, base_license, gib
+from mens.push.usage import usage_section
 
 INDEX_GROUPS = ("in_domain", "benchmark")     # the model-index: the run's own task + lm-eval
-
-
-def _gib(n) -> str:
-    return "—" if n is None else f"{n / 2**30:.2f} GiB"
-
-
-def base_identity(spec: dict) -> dict:
-    """{repo_id, revision (a hub commit, or None), pin (what names the bytes), bundled}."""
-    from mens.resources import ASSETS
-
-    r = spec.get("rung") or {}
-    commit = r.get("commit") or r.get("revision")
-    pin = commit
-    if r.get("tokenizer_bundled"):      # the embedded asset: its weights' sha256 names it
-        sums = (ASSETS / str(r.get("name")) / "SHA256SUMS")
-        if sums.is_file():
-            words = sums.read_text().split()
-            pin = "sha256:" + words[words.index("model.safetensors") - 1]
-    return {"repo_id": r.get("repo_id"), "revision": commit, "pin": pin,
-            "bundled": bool(r.get("tokenizer_bundled")), "name": r.get("name")}
-
-
-LICENSE_FILE = "LICENSE.md"   # license_link of a card whose licence is `other` (the Hub wants one)
-
-
-def license_file(run_dir: Path | str) -> str | None:
-    """LICENSE.md's text when the card's licence is `other` (the Hub's metadata check requires
-    `license_name` and `license_link` then): what is known of the base's terms; None otherwise."""
-    spec = RunDir(run_dir).read_spec()
-    lic, note = base_license(spec)
-    if lic != "other":
-        return None
-    base = (spec.get("rung") or {}).get("repo_id")
-    return (f"# Licence\n\nThese weights are derived from the base model `{base}` and are bound "
-            f"by its licence. mens could not read that licence on the machine that pushed them: "
-            f"{note}.\n")
-
-
-def base_license(spec: dict) -> tuple[str, str]:
-    """(license id, note): the base's card's `license` when its README.md is on this machine
-    (a local rung.path, the embedded asset, or the local hub cache: never the network)."""
-    from huggingface_hub import ModelCard
-
-    from mens.resources import ASSETS
-
-    r = spec.get("rung") or {}
-    dirs = [Path(r["path"])] if r.get("path") else []
-    if r.get("tokenizer_bundled"):
-        dirs.append(ASSETS / str(r.get("name")))
-    elif r.get("repo_id"):
-        try:
-            from mens.source.weights import find_weights
-            st = find_weights(r["repo_id"], r.get("commit") or r.get("revision"))
-            dirs += [Path(st.path)] if st.path else []
-        except Exception:     # noqa: BLE001 — no cache entry: the note says so below
-            pass
-    for d in dirs:
-        # a README without front matter has no licence to read (and ModelCard.load would log
-        # a warning for it)
-        if (d / "README.md").is_file() and (d / "README.md").read_text()[:4] == "---\n":
-            try:
-                lic = ModelCard.load(d / "README.md", ignore_metadata_errors=True).data.license
-            except Exception:   # noqa: BLE001 — an unparsable card counts as no licence given
-                lic = None
-            if lic:
-                return str(lic), f"inherited from the base model's card ({r.get('repo_id')})"
-    return "other", (f"the base model ({r.get('repo_id')}) states no licence in a card mens "
-                     f"could read on the pushing machine, so this card says `other`: the base's "
-                     f"own terms apply — check them before use")
 
 
 def _eval(run: Path) -> tuple[dict | None, str]:
@@ -222,12 +155,20 @@ def model_card(run_dir: Path | str, repo_id: str, gguf_repo: str | None = None,
                  f"share of the base's loss removed; rates: points). The model-index above holds "
                  f"the tuned model's in-domain and benchmark values.", "", *_table(ev), ""]
     body += _gate_section(run)
-    body += _usage_section(repo_id, base, lane, full, gguf_repo, gguf_files or {})
+    body += usage_section(repo_id, base, lane, full, gguf_repo, gguf_files or {})
     body += _limits(spec, plan, summ, ev, base)
     # no date or local path in the card: a re-push of the same run must upload nothing new
     body += ["## Tracking", "", f"wandb: {_wandb(run, spec)}", "", "Card written by `mens push`.", ""]
     text = f"---\n{card_data.to_yaml()}\n---\n\n" + "\n".join(body)
     return str(ModelCard(text))      # parsed once here: a card the Hub cannot read fails now
+
+
+def _over(summ: dict) -> str:
+    """Said when the run measured more than the plan predicted (the plan was wrong for it)."""
+    pred, meas = summ.get("predicted_peak_bytes"), summ.get("measured_peak_bytes")
+    if not pred or not meas or meas <= pred:
+        return ""
+    return f" — the measured peak was ABOVE the prediction by {meas / pred - 1:.0%}"
 
 
 def _data_section(spec: dict, rd: RunDir) -> list[str]:
@@ -284,11 +225,12 @@ def _train_section(spec, plan, summ, base) -> list[str]:
            f" tokens, {summ.get('duration_s')} s ({summ.get('tokens_per_sec')} tokens/s)",
            f"- hardware: {det.get('device_name') or hw.get('description')} ({hw.get('backend')}"
            f"), {summ.get('world_size', 1)} process(es), strategy {summ.get('strategy')}",
-           f"- memory: predicted peak {_gib(summ.get('predicted_peak_bytes'))}, measured "
-           f"{_gib(summ.get('measured_peak_bytes'))} ({summ.get('measured_peak_kind', '')}); "
+           f"- memory: predicted peak {gib(summ.get('predicted_peak_bytes'))}, measured "
+           f"{gib(summ.get('measured_peak_bytes'))} ({summ.get('measured_peak_kind', '')}); "
            f"plan cell `{plan.get('cell')}`, "
            + ("calibrated" if plan.get("calibrated") else "UNCALIBRATED (analytic)")
-           + (f" ±{plan['uncertainty']:.0%}" if plan.get("uncertainty") else ""),
+           + (f" ±{plan['uncertainty']:.0%}" if plan.get("uncertainty") else "")
+           + _over(summ),
            f"- trainable parameters: {summ.get('trainable_params')} of {summ.get('total_params')}",
            f"- software: " + ", ".join(f"{k} {v}" for k, v in (spec.get("versions") or {}).items()
                                      if v), ""]
@@ -305,48 +247,6 @@ def _gate_section(run: Path) -> list[str]:
     out = [f"Gate (`mens gate`, {receipt.get('metric')}): **{receipt.get('verdict', '?').upper()}**"]
     out += [f"- {x}" for x in receipt.get("reasons") or []]
     return out + [""]
-
-
-def _usage_section(repo_id, base, lane, full, gguf_repo, files: dict) -> list[str]:
-    rev = f', revision="{base["revision"]}"' if base["revision"] else ""
-    name = repo_id.split("/")[-1]
-    if full:
-        py = ["from transformers import AutoModelForCausalLM, AutoTokenizer", "",
-              f'model = AutoModelForCausalLM.from_pretrained("{repo_id}")',
-              f'tok = AutoTokenizer.from_pretrained("{repo_id}")']
-    else:
-        py = ["from peft import PeftModel", "from transformers import AutoModelForCausalLM, "
-              "AutoTokenizer", "",
-              f'base = AutoModelForCausalLM.from_pretrained("{base["repo_id"]}"{rev})',
-              f'tok = AutoTokenizer.from_pretrained("{base["repo_id"]}"{rev})',
-              f'model = PeftModel.from_pretrained(base, "{repo_id}")']
-    out = ["## How to run it", ""]
-    if base["bundled"]:
-        out += [f"`{base['repo_id']}` is not a Hub repository: it ships inside mens "
-                f"(`mens/assets/{base['name']}`, `pip install mens`); pass that directory where "
-                f"the snippets below name `{base['repo_id']}`.", ""]
-    out += ["transformers" + ("" if full else " + PEFT") + ":", "", "```python", *py, "```", ""]
-    if not full:
-        r = (lane.get("lora") or {}).get("r", 16)
-        out += ["vLLM:", "", "```bash", f"vllm serve {base['repo_id']} --enable-lora "
-                f"--max-lora-rank {max(16, r)} --lora-modules {name}=$(hf download {repo_id})",
-                "```", ""]
-    if gguf_repo:
-        g = gguf_repo
-        out += [f"llama.cpp and Ollama: the GGUFs are in [{g}](https://huggingface.co/{g}):", "",
-                "```bash", f"hf download {g} --local-dir {g.split('/')[-1]} && cd "
-                f"{g.split('/')[-1]}"]
-        model = _pick(files, "model", "<model GGUF>")
-        out.append(f"llama-cli -m {model} -p 'Hello'")
-        if not full:
-            out.append(f"llama-cli -m {_pick(files, 'base', '<base GGUF>')} --lora "
-                       f"{_pick(files, 'LoRA', '<LoRA GGUF>')} -p 'Hello'")
-        out += [f"ollama create {name} -f Modelfile", "```", ""]
-    else:
-        out += ["llama.cpp (`--lora`) and Ollama (`ollama create -f Modelfile`): no GGUFs were "
-                "pushed with this model; `mens export run=<run dir>` writes them, `mens push "
-                "push.gguf=true` publishes them.", ""]
-    return out
 
 
 def _limits(spec, plan, summ, ev, base) -> list[str]:
@@ -375,36 +275,3 @@ def _limits(spec, plan, summ, ev, base) -> list[str]:
     out.append("- Trained for one spoke: other uses were measured only as far as the tables "
                "above show (collateral rows).")
     return out + [""]
-
-
-def gguf_card(run_dir: Path | str, gguf_repo: str, model_repo: str, files: dict[str, str]) -> str:
-    """README.md of the GGUF repo: {file name: what it is}; base_model: the adapter repo."""
-    from huggingface_hub import ModelCard, ModelCardData
-
-    spec = RunDir(run_dir).read_spec()
-    lic, lic_note = base_license(spec)
-    name = model_repo.split("/")[-1]
-    cd = ModelCardData(base_model=model_repo, base_model_relation="quantized", license=lic,
-                       license_name="base-model-license" if lic == "other" else None,
-                       license_link=LICENSE_FILE if lic == "other" else None,
-                       library_name="gguf", pipeline_tag="text-generation",
-                       tags=["gguf", "llama.cpp", "ollama", "mens"])
-    model = _pick(files, "model", "<model GGUF>")
-    lora, basef = _pick(files, "LoRA", None), _pick(files, "base", None)
-    body = [f"# {gguf_repo.split('/')[-1]}", "",
-            f"GGUF files of [{model_repo}](https://huggingface.co/{model_repo}) (its card holds "
-            f"the training and evaluation evidence), written by `mens export`. File names follow "
-            f"the GGUF naming convention `<Name>-<Encoding>[-LoRA].gguf`.", "",
-            f"License: `{lic}` — {lic_note}.", "", "| file | what |", "|---|---|",
-            *[f"| {f} | {w} |" for f, w in files.items()], "", "## llama.cpp", "", "```bash",
-            f"llama-cli -m {model} -p 'Hello'"]
-    if lora and basef:
-        body.append(f"llama-cli -m {basef} --lora {lora} -p 'Hello'")
-    body += ["```", "", "## Ollama", "", "```bash", f"ollama create {name} -f Modelfile",
-             f"ollama run {name}", "```", ""]
-    return str(ModelCard(f"---\n{cd.to_yaml()}\n---\n\n" + "\n".join(body)))
-
-
-def _pick(files: dict[str, str], what: str, default):
-    """The first GGUF whose description starts with `what` (model / base / LoRA)."""
-    return next((f for f, w in files.items() if w.startswith(what)), default)

@@ -85,7 +85,9 @@ def assemble(run_dir, push_cfg, out=None, *, export_cfg=None, rung_path=None) ->
     """Write into `out` (default <run dir>/push/) exactly what a push of this run uploads and
     return the manifest (also out/push.json). export_cfg (cfg.export): how to export when
     merged/GGUFs are asked and the run has no export yet; rung_path: cfg.rung.path."""
-    from mens.push.card import LICENSE_FILE, gguf_card, license_file, model_card
+    from mens.push.base import LICENSE_FILE, license_file
+    from mens.push.card import model_card
+    from mens.push.usage import gguf_card
 
     rd = check(run_dir, push_cfg)
     out = Path(out) if out else rd / PUSH
@@ -138,7 +140,7 @@ def assemble(run_dir, push_cfg, out=None, *, export_cfg=None, rung_path=None) ->
 
 def _artifact(rd: RunDir, dest: Path) -> None:
     """The trained weights in the layout the Hub's loaders read; the run's own files untouched."""
-    from mens.push.card import base_identity
+    from mens.push.base import base_identity
 
     src = rd.artifact
     for p in sorted(src.rglob("*")):
