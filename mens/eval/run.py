@@ -120,6 +120,8 @@ def evaluate(cfg: DictConfig, out_dir: Path) -> dict:
     if ev.tasks:   # unknown names and uncached data fail now, before any weights load
         from mens.eval.tasks import load_tasks
         load_tasks(list(ev.tasks), ev.include_path)
+    from mens.source.resolve import fetch_base
+    fetch_base(spec.rung)      # a Hub base not cached here: downloaded now the eval plan fits
     slots, base, tuned = _load(run, spec, adapter)
     rows, items, judged = [], {}, None
     try:

@@ -326,6 +326,8 @@ def load_from_config(cfg) -> Slots:
             rung = {**rung, "path": str(RunDir(run).artifact)}   # full lane: its model is the base
         else:
             sources.append(Source.parse(str(run), key="run"))
+    from mens.source.resolve import fetch_base
+    fetch_base(rung)   # a Hub base not cached here (`+rung=hf rung.repo_id=…`): downloaded first
     if cfg.adapter:   # `mens serve adapter=org/name` (or a dir): one more slot
         sources.append(Source.parse(str(cfg.adapter), key="adapter"))
     sources += [Source.parse(str(a)) for a in cfg.serve.adapters]

@@ -121,3 +121,22 @@ def ensure_weights(spec):
     _, commit = download_weights(rung.repo_id, rung.commit or rung.revision,
                                  allow_download=rung.download and not offline())
     return replace(spec, rung=replace(rung, commit=commit))
+
+
+def fetch_base(rung) -> str | None:
+    """A base named by Hub id and missing here (`+rung=hf rung.repo_id=…`, a run trained
+    elsewhere) downloaded for eval / serve as training does after its plan fits; `rung` (a
+    DictConfig or dict) gets the snapshot's commit. rung.download=false or HF_HUB_OFFLINE=1: the
+    cache only, else exit 2 saying how to fetch it. Returns the commit (None: nothing to fetch)."""
+    get = rung.get
+    if get("init", "pretrained") != "pretrained" or get("tokenizer_bundled") or get("path") \
+            or not get("repo_id"):
+        return None
+    from mens.source.hub import download_weights
+
+    _, commit = download_weights(rung["repo_id"], get("commit") or get("revision"),
+                                 allow_download=bool(get("download", True)) and not offline())
+    if commit != get("commit"):
+        print(f"mens: base {rung['repo_id']}@{get('revision') or 'main'} is commit {commit}")
+        rung["commit"] = commit
+    return commit

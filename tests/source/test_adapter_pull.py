@@ -205,3 +205,36 @@ def test_eval_export_and_serve_take_a_hub_adapter(hub, tiny_run, tmp_path, compo
         assert res.completion_tokens >= 1 and res.finish_reason in ("stop", "length")
     finally:
         slots.close()
+
+
+def test_a_hub_base_and_a_hub_adapter_evaluate_together(hub, tmp_path, compose):
+    """The issue's own form: `+rung=hf rung.repo_id=<base> adapter=<org/name>`, both pulled from
+    the stand-in Hub (the base: the embedded tiny model's files, as a repo would hold them)."""
+    from mens.eval.run import evaluate
+    from mens.resources import ASSETS
+
+    hub.repos["me/tiny-base"] = Repo({p.name: p.read_bytes() for p in (ASSETS / "tiny").iterdir()
+                                      if p.is_file()})
+    ev = evaluate(compose(["+hw=cpu", "logger=csv", "+rung=hf", "rung.repo_id=me/tiny-base",
+                           f"adapter={REPO}", "eval.max_prompts=2", "eval.k=1",
+                           "eval.max_new_tokens=8", "eval.collateral=false"]), tmp_path / "ev")
+    assert ev["rung"] == "tiny-base" and ev["adapter"] == f"{REPO}@{hub.repos[REPO].sha}"
+    loss = next(r for r in ev["rows"] if r["name"] == "vox_lang/loss")
+    assert loss["tuned"]["value"] < loss["base"]["value"]
+    # the base came from the stand-in: its weights were transferred, the adapter's decoys never
+    assert "model.safetensors" in hub.transferred() and not set(DECOYS) & hub.transferred()
+
+
+def test_serve_pulls_a_hub_base_and_a_hub_adapter(hub, tmp_path, compose):
+    from mens.resources import ASSETS
+    from mens.serve.slots import load_from_config
+
+    hub.repos["me/tiny-base"] = Repo({p.name: p.read_bytes() for p in (ASSETS / "tiny").iterdir()
+                                      if p.is_file()})
+    slots = load_from_config(compose(["+hw=cpu", "+rung=hf", "rung.repo_id=me/tiny-base",
+                                      f"adapter={REPO}", "serve.device=cpu", "serve.dtype=fp32"]))
+    try:
+        assert set(slots.slots) == {"base", "tiny-vox"}
+    finally:
+        slots.close()
+    assert "model.safetensors" in hub.transferred()
