@@ -12,7 +12,7 @@ import subprocess
 import sys
 
 import pytest
-from train_util import run_copy
+from train_util import FAST_TRAIN, run_copy
 
 from mens.resources import ASSETS
 
@@ -125,15 +125,49 @@ def test_a_second_assembly_is_byte_identical(dry):
     assert again["notes"] == []                           # the export is there now: none made
 
 
-@pytest.mark.parametrize("repo", ["tiny-vox", "me/", "me/a/b", "me/bad name"])
-def test_a_bad_repo_exits_2_before_anything_is_written(tiny_run, tmp_path, repo):
+def test_a_bad_repo_exits_2_before_anything_is_written(tiny_run, tmp_path):
+    from omegaconf import OmegaConf
+
+    from mens.config.schema import PushConfig
+    from mens.errors import ConfigError
+    from mens.push.model import check
+
     run = run_copy(tiny_run, tmp_path / "run")
-    p = push(f"run={run}", f"push.repo='{repo}'", "push.dry_run=true", cwd=tmp_path)
+    p = push(f"run={run}", "push.repo='me/bad name'", "push.dry_run=true", cwd=tmp_path)
     assert p.returncode == 2, p.stdout + p.stderr
     err = [line for line in p.stderr.splitlines() if line.strip()]
     assert len(err) == 1 and err[0].startswith("mens: error (exit 2): push.repo=") \
         and "org/name" in err[0]
+    for repo in ("tiny-vox", "me/", "me/a/b"):       # the same check, in-process
+        with pytest.raises(ConfigError) as e:
+            check(run, OmegaConf.structured(PushConfig(repo=repo, dry_run=True)))
+        assert e.value.key == "push.repo" and "org/name" in e.value.message
     assert not (run / "push").exists()
+
+
+def test_a_full_lane_run_pushes_its_model(tmp_path):
+    """lane=full has no adapter: model/ (config, weights, tokenizer) is what the repo holds,
+    and the card says transformers, not peft."""
+    from huggingface_hub import ModelCard
+    from omegaconf import OmegaConf
+
+    from mens.config.compose import compose
+    from mens.config.schema import PushConfig
+    from mens.plan.output import plan_run
+    from mens.push.model import assemble
+    from mens.train.run import train_run
+
+    run = tmp_path / "full"
+    spec, plan = plan_run(compose([*FAST_TRAIN, "lane=full", "train.max_steps=1"]), run, "train")
+    train_run(spec, plan, run)
+    m = assemble(run, OmegaConf.structured(PushConfig(repo="me/tiny-full", dry_run=True)))
+    files = {f["path"] for f in m["repos"][0]["files"]}
+    assert {"README.md", "config.json", "model.safetensors", "tokenizer.json"} <= files
+    assert not {f for f in files if f.startswith("adapter")}
+    card = ModelCard.load(run / "push" / "model" / "README.md")
+    assert card.data.library_name == "transformers" and card.data.base_model == "mens/tiny"
+    assert (run / "push" / "model" / "model.safetensors").read_bytes() == \
+        (run / "model" / "model.safetensors").read_bytes()
 
 
 def test_refusals_exit_2_with_one_paragraph(tiny_run, tmp_path):
