@@ -23,6 +23,7 @@ from mens.run.telemetry import Event
 from mens.push.base import LICENSE_FILE, base_identity, base_license, gib
 from mens.push.usage import usage_section
 
+METHOD_NAMES = {"lora": "LoRA", "qlora": "QLoRA"}   # as the papers and PEFT spell them
 INDEX_GROUPS = ("in_domain", "benchmark")     # the model-index: the run's own task + lm-eval
 
 
@@ -130,7 +131,7 @@ def model_card(run_dir: Path | str, repo_id: str, gguf_repo: str | None = None,
         datasets=hub_data, model_name=repo_id.split("/")[-1], eval_results=results or None)
     pinned = f" at revision `{base['pin']}`" if base["pin"] else " (revision not pinned)"
     domain = (spec.get("spoke") or {}).get("domain")
-    what = "A fully fine-tuned" if full else f"A {method.upper()} adapter for"
+    what = "A fully fine-tuned" if full else f"A {METHOD_NAMES.get(method, method)} adapter for"
     body = [f"# {repo_id.split('/')[-1]}", "",
             f"{what} [{base['repo_id']}](https://huggingface.co/{base['repo_id']}){pinned}, "
             f"trained with mens ({objective}) on the `{spoke}` spoke"

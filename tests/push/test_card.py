@@ -56,6 +56,7 @@ def test_the_hub_reads_the_metadata(card, gated):
     from hub_server import validate_metadata          # the stand-in Hub's subset of its check
     assert validate_metadata(text, "model")[0] == []
     assert "states no licence" in text and "mens/assets/tiny" in text
+    assert "A LoRA adapter for [mens/tiny]" in text
     # the asset's bytes pin the base (SHA256SUMS), said in the text
     sums = (__import__("mens.resources", fromlist=["ASSETS"]).ASSETS / "tiny" /
             "SHA256SUMS").read_text().split()
