@@ -235,9 +235,9 @@ def _adapter_source(cfg) -> dict:
 
     from mens.export.merge import SafetensorsDir, check_adapter, load_adapter
     from mens.model.load import weights_dir
-    from mens.source.hub import download_weights, fetch_adapter
+    from mens.source.hub import fetch_adapter
     from mens.plan.adapter import check_adapter_fits
-    from mens.source.resolve import fill_hf_rung, offline
+    from mens.source.resolve import fetch_base, fill_hf_rung
 
     rc, notes = cfg.copy(), []
     if OmegaConf.is_missing(rc.rung, "hidden_size"):   # +rung=hf: from the model's config.json
@@ -248,9 +248,7 @@ def _adapter_source(cfg) -> dict:
                           f"so there is no base to merge adapter={rc.adapter} into.", key="rung")
     path, source = fetch_adapter(rc.adapter)
     check_adapter_fits(path, r, rc.adapter)
-    if not r.path and not r.tokenizer_bundled:        # the base's weights, as training gets them
-        _, r.commit = download_weights(r.repo_id, r.commit or r.revision,
-                                       allow_download=r.download and not offline())
+    fetch_base(r)                                     # the base's weights, as training gets them
     base = weights_dir(r)
     adapter = load_adapter(path)
     check_adapter(adapter, SafetensorsDir(base))     # before anything is written
