@@ -796,3 +796,20 @@ def _info(repo: Repo, repo_id: str, c: Commit, blobs: bool) -> dict:
     if repo.type == "model":
         info.update(modelId=repo_id, library_name="transformers")
     return info
+
+
+# --- client-side helpers the download tests share -------------------------------------------
+def offline(monkeypatch) -> None:
+    """HF_HUB_OFFLINE=1 for mens (it reads the environment now) and for huggingface_hub (which
+    read it once, at import)."""
+    import huggingface_hub.constants as C
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(C, "HF_HUB_OFFLINE", True)
+
+
+def files_in(snapshot) -> set[str]:
+    """The files under a downloaded snapshot, as relative paths."""
+    from pathlib import Path
+    snapshot = Path(snapshot)
+    return {str(p.relative_to(snapshot)) for p in snapshot.rglob("*") if p.is_file()}
+

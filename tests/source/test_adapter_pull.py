@@ -12,11 +12,10 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import yaml
-from hub_server import HubServer, Repo
+from hub_server import HubServer, Repo, files_in, offline
 from train_util import FAST_TRAIN
 
 from mens.errors import ConfigError
@@ -48,16 +47,6 @@ def hub(tmp_path, monkeypatch, adapter_files):
                            "HF_HUB_DISABLE_PROGRESS_BARS": "1"}.items():
             monkeypatch.setenv(var, value)
         yield server
-
-
-def offline(monkeypatch):
-    import huggingface_hub.constants as C
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setattr(C, "HF_HUB_OFFLINE", True)
-
-
-def files_in(d: Path) -> set[str]:
-    return {str(p.relative_to(d)) for p in d.rglob("*") if p.is_file()}
 
 
 def test_fetch_takes_the_adapter_files_only_and_then_the_cache(hub, adapter_files, tiny_run,

@@ -25,7 +25,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from hub_server import HubServer, Repo
+from hub_server import HubServer, Repo, files_in, offline
 
 from mens.errors import EXIT_CONFIG, ConfigError
 from mens.source.hub import download_weights, fetch_meta, portable_adapter
@@ -70,16 +70,6 @@ def hub(tmp_path, monkeypatch):
                             "AGENT_HARNESSES_PATH": str(home / ".agent_harnesses.json")}.items():
             monkeypatch.setattr(C, name, value)
         yield server
-
-
-def offline(monkeypatch):
-    import huggingface_hub.constants as C
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setattr(C, "HF_HUB_OFFLINE", True)
-
-
-def files_in(snapshot: Path) -> set[str]:
-    return {str(p.relative_to(snapshot)) for p in snapshot.rglob("*") if p.is_file()}
 
 
 def test_download_takes_only_the_needed_files_and_resolves_the_commit(hub):
