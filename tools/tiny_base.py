@@ -48,13 +48,10 @@ QWEN2_PAT = (r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"""
              r"""| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+""")
 SPECIALS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")     # ids 4093, 4094, 4095
 EOT, IM_START, IM_END = SPECIALS
-# Qwen3's ChatML template without its tool/think branches: every message, in order, as
-# <|im_start|>{role}\n{content}<|im_end|>\n (exactly what mens.data.pack.tokenize_chat encodes).
-CHAT_TEMPLATE = (
-    "{%- for message in messages %}"
-    "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}"
-    "{%- endfor %}"
-    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}")
+# ChatML as mens renders it (mens.data.chat_template.CHATML): every message, in order, as
+# <|im_start|>{role}\n{content}<|im_end|>\n (exactly what mens.data.pack.tokenize_chat encodes),
+# plus Qwen's tool branch (schemas in the system turn, calls as <tool_call> JSON blocks).
+from mens.data.chat_template import CHATML as CHAT_TEMPLATE  # noqa: E402
 
 CORPUS_BYTES = 3_000_000       # corpus.txt cap (UTF-8)
 SPOKE_BYTES = 250_000          # spoke training texts, split equally between spokes; the rest of the
@@ -281,7 +278,8 @@ texts (never an eval split). Pre-tokenizer = Qwen2/Qwen3's (`Split` with Qwen2's
 then `ByteLevel(use_regex=False)`), so a GGUF export declares `tokenizer.ggml.pre = qwen2`; no
 normalizer. Vocabulary 4096: 4093 learned tokens, then the added special tokens
 `<|endoftext|>` = 4093 (pad, document separator), `<|im_start|>` = 4094, `<|im_end|>` = 4095 (eos).
-`chat_template` (tokenizer_config.json) is Qwen3's ChatML framing without tool/think branches.
+`chat_template` (tokenizer_config.json) is ChatML with Qwen2.5/Qwen3's tool branch (schemas in
+the system turn, calls as `<tool_call>` JSON blocks; no think branch): mens.data.chat_template.CHATML.
 
 ## Pretraining corpus
 mens/assets/corpora/pretrain/corpus.txt ({r['corpus_bytes']:,} bytes; documents separated by

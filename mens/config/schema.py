@@ -144,6 +144,9 @@ class DataConfig:
     decontam_n: int = 13             # n-gram size (words) of the eval-vs-train check; 0: off
     decontam_threshold: float = 0.5  # an eval record sharing this fraction of its n-grams is removed
     collateral: str = "spoke"        # spoke: also score the spoke's held-out split | none
+    tools: Optional[str] = None      # a JSON/JSONL file of tool schemas for records listing none
+    tool_format: str = "native"      # native: the template's own tool syntax | hermes (<tool_call>)
+    on_bad: str = "error"            # a record that fits no format: error (exit 2) | skip (counted)
 
 
 @dataclass

@@ -384,6 +384,8 @@ CHOICES = {
     "data.source": ["spoke", "file", "hf"],
     "data.format": list(DATA_FORMATS),
     "data.collateral": ["spoke", "none"],
+    "data.tool_format": ["native", "hermes"],
+    "data.on_bad": ["error", "skip"],
     "lane.method": list(METHODS),
     "lane.objective": list(OBJECTIVES),
     "lane.precision": ["auto", "bf16", "fp16", "fp32"],

@@ -7,9 +7,10 @@ from `data.chat_template` (a .jinja file or a built-in name), and renders in the
 environment that transformers' `apply_chat_template` builds (transformers/utils/
 chat_template_utils.py: ImmutableSandboxedEnvironment, trim_blocks, lstrip_blocks,
 loopcontrols, `raise_exception`, a non-escaping `tojson`, `strftime_now`, the special tokens as
-variables, `tools=None`/`documents=None` passed explicitly, None-valued message keys dropped,
-reasoning aliased to `reasoning_content`/`thinking`). tests/data/test_template.py checks the
-rendering against transformers for the real Qwen3, Llama 3, Mistral and Gemma 2/3 templates.
+variables, `tools` (the record's schemas, or None) and `documents=None` passed explicitly,
+None-valued message keys dropped, reasoning aliased to `reasoning_content`/`thinking`).
+tests/data/test_template.py checks the rendering against transformers for the real Qwen3,
+Qwen2.5, Llama 3, Mistral and Gemma 2/3 templates, tool calls included.
 """
 from __future__ import annotations
 
@@ -24,10 +25,35 @@ from mens.errors import ConfigError
 SPECIAL_KEYS = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token",
                 "mask_token")
 # ChatML exactly as the embedded tiny rung ships it (mens/assets/tiny/tokenizer_config.json),
-# so `data.chat_template=chatml` and the tiny rung's own template render the same text.
-CHATML = ("{%- for message in messages %}{{- '<|im_start|>' + message['role'] + '\\n' + "
-          "message['content'] + '<|im_end|>\\n' }}{%- endfor %}{%- if add_generation_prompt %}"
-          "{{- '<|im_start|>assistant\\n' }}{%- endif %}")
+# so `data.chat_template=chatml` and the tiny rung's own template render the same text. Without
+# tools every message is <|im_start|>{role}\n{content}<|im_end|>\n (mens.data.pack's framing);
+# with tools it writes them as Qwen2.5/Qwen3 do — the schemas in the system turn, each call as a
+# <tool_call> JSON block after the assistant's content (mens.data.tool_syntax's `hermes`) — so
+# a model tuned on the tiny rung learns the syntax a Qwen model would, and the server reads it.
+CHATML = (
+    "{%- if tools %}{{- '<|im_start|>system\\n' }}"
+    "{%- if messages[0]['role'] == 'system' %}{{- messages[0]['content'] + '\\n\\n' }}{%- endif %}"
+    "{{- '# Tools\\n\\nYou may call one or more functions to assist with the user query.\\n\\n"
+    "You are provided with function signatures within <tools></tools> XML tags:\\n<tools>' }}"
+    "{%- for tool in tools %}{{- '\\n' }}{{- tool | tojson }}{%- endfor %}"
+    "{{- '\\n</tools>\\n\\nFor each function call, return a json object with function name and "
+    "arguments within <tool_call></tool_call> XML tags:\\n<tool_call>\\n{\"name\": "
+    "<function-name>, \"arguments\": <args-json-object>}\\n</tool_call><|im_end|>\\n' }}"
+    "{%- endif %}"
+    "{%- for message in messages %}"
+    "{%- if not (tools and loop.first and message['role'] == 'system') %}"
+    "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] }}"
+    "{%- if message.tool_calls %}{%- for tool_call in message.tool_calls %}"
+    "{%- if (loop.first and message['content']) or (not loop.first) %}{{- '\\n' }}{%- endif %}"
+    "{%- if tool_call.function %}{%- set tool_call = tool_call.function %}{%- endif %}"
+    "{{- '<tool_call>\\n{\"name\": \"' + tool_call.name + '\", \"arguments\": ' }}"
+    "{%- if tool_call.arguments is string %}{{- tool_call.arguments }}"
+    "{%- else %}{{- tool_call.arguments | tojson }}{%- endif %}"
+    "{{- '}\\n</tool_call>' }}{%- endfor %}{%- endif %}"
+    "{{- '<|im_end|>\\n' }}"
+    "{%- endif %}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}")
 BUILTIN = {"chatml": CHATML}
 _REASONING = ("reasoning_content", "thinking", "reasoning")   # transformers' aliases, in order
 
@@ -177,11 +203,11 @@ def plain_messages(messages) -> list[dict]:
 
 
 def render(source: str, messages, variables: dict, add_generation_prompt: bool = False,
-           options: dict | None = None) -> str:
-    """The text transformers' `apply_chat_template(..., tokenize=False)` gives. Options (e.g.
-    Qwen3's enable_thinking) override the special-token variables, as in transformers.
-    Raises jinja2.TemplateError when the template refuses the messages."""
+           options: dict | None = None, tools: list[dict] | None = None) -> str:
+    """The text transformers' `apply_chat_template(..., tokenize=False, tools=tools)` gives.
+    Options (e.g. Qwen3's enable_thinking) override the special-token variables, as in
+    transformers. Raises jinja2.TemplateError when the template refuses the messages."""
     kwargs = {**variables, **(options or {})}
-    return compile_template(source).render(messages=plain_messages(messages), tools=None,
+    return compile_template(source).render(messages=plain_messages(messages), tools=tools or None,
                                            documents=None,
                                            add_generation_prompt=add_generation_prompt, **kwargs)

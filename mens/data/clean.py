@@ -20,7 +20,10 @@ import json
 
 def record_id(rec: dict) -> str:
     """16 hex digits of the sha256 of the record's content (roles, texts; not metadata)."""
-    body = {k: rec[k] for k in ("messages", "prompt", "chosen", "rejected", "text") if k in rec}
+    # tools and a labelled record's completion/label are content too (two KTO answers to one
+    # prompt are two records, not a duplicate)
+    body = {k: rec[k] for k in ("messages", "prompt", "chosen", "rejected", "text", "tools",
+                                "completion", "label") if k in rec}
     blob = json.dumps(body, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 

@@ -46,7 +46,8 @@ class RunEncoder:
                 raise ConfigError(f"{model_dir} has no tokenizer.json: mens reads fast "
                                   f"(tokenizers-library) tokenizers only.", key="rung")
             tokenizer = Tokenizer.from_file(str(path))
-        template = ChatTemplate.load(model_dir, _get(data, "chat_template"))
+        template = ChatTemplate.load(model_dir, _get(data, "chat_template"),
+                                     _get(data, "tool_format", "native") or "native")
         options = {"enable_thinking": bool(_get(data, "enable_thinking", False))}
         return cls(template, tokenizer, options, str(model_dir))
 
@@ -55,9 +56,17 @@ class RunEncoder:
             print(f"mens: note: {n}", file=sys.stderr)
             self._said.add(n)
 
-    def encode(self, messages, max_len: int | None = None, stats: dict | None = None):
-        """(ids, labels): labels on the assistant turns (content + end-of-turn token)."""
-        out = self.template.encode(self.tok, messages, max_len, self.options, stats, self.notes)
+    @property
+    def tool_syntax(self) -> str | None:
+        """The tool-call syntax this run's model writes (mens.data.tool_syntax), or None."""
+        return self.template.syntax
+
+    def encode(self, messages, max_len: int | None = None, stats: dict | None = None,
+               tools=None):
+        """(ids, labels): labels on the assistant turns (content + end-of-turn token; a tool
+        call's text + end-of-turn token); `tools`: the record's schemas."""
+        out = self.template.encode(self.tok, messages, max_len, self.options, stats, self.notes,
+                                   tools)
         self._say()
         return out
 
@@ -66,8 +75,8 @@ class RunEncoder:
         ids = list(self.tok.encode(text, add_special_tokens=False).ids)
         return ids + ([self.eos_id] if self.eos_id is not None else [])
 
-    def prompt_text(self, messages) -> str:
-        out = self.template.prompt_text(messages, self.options, self.notes)
+    def prompt_text(self, messages, tools=None) -> str:
+        out = self.template.prompt_text(messages, self.options, self.notes, tools)
         self._say()
         return out
 
@@ -76,6 +85,7 @@ class RunEncoder:
         h = hashlib.sha256(self.tok.to_str().encode())
         h.update(self.template.source.encode())
         h.update(repr(sorted(self.options.items())).encode())
+        h.update(self.template.tool_format.encode())
         return h.hexdigest()
 
     def marked(self, rec: dict) -> str:
@@ -83,7 +93,7 @@ class RunEncoder:
         if kind(rec) == "text":
             return f"⟦{rec['text']}⟧ (+ EOS)"
         msgs = turns(rec)
-        text, spans, _ = self.template.render_spans(msgs, self.options)
+        text, spans, _, _ = self.template.render_spans(msgs, self.options, rec.get("tools"))
         out, at = [], 0
         for a, b in spans:
             out += [text[at:a], "⟦", text[a:b], "⟧"]

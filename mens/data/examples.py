@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from mens.data.formats import kind
 from mens.data.pack import IGNORE, Example
+from mens.errors import DataError
 
 
 def run_encoder(tokenizer, spec):
@@ -48,21 +49,23 @@ def examples_for(records, tokenizer, spec, phases, pairs: bool, max_len: int | N
         stats["unsupervised_records_skipped"] += 1
         return False
 
+    # the second row of a pair (rejected) or of a KTO record (its KL row): truncation counted,
+    # tool calls not (they are counted once, on the chosen / desirable-or-not row)
+    kl_stats: dict = {}
     labeled = pairs and any(kind(r) == "labeled" for r in records)
     kl_answer = mismatched(records, spec.train.micro_batch) if labeled else {}
-    for r in records:
-        if r["id"] in out:   # an upsampled repeat: one example (and one pair index) per record
-            continue
+    def encode_one(r: dict) -> None:
         phase = phases.index(r["phase"])
+        tools = r.get("tools")
         if pairs and kind(r) == "labeled":   # KTO: (completion, KL completion, index, label)
-            ids, lab = encode(r["prompt"] + r["completion"], max_len, stats)
-            k_ids, k_lab = encode(r["prompt"] + kl_answer[r["id"]], max_len, stats)
+            ids, lab = encode(r["prompt"] + r["completion"], max_len, stats, tools)
+            k_ids, k_lab = encode(r["prompt"] + kl_answer[r["id"]], max_len, kl_stats, tools)
             if supervised(lab, k_lab):
                 out[r["id"]] = (Example(ids, lab, phase, r["id"]),
                                 Example(k_ids, k_lab, phase, r["id"]), len(out), r["label"])
         elif pairs:
-            c_ids, c_lab = encode(r["prompt"] + r["chosen"], max_len, stats)
-            r_ids, r_lab = encode(r["prompt"] + r["rejected"], max_len, stats)
+            c_ids, c_lab = encode(r["prompt"] + r["chosen"], max_len, stats, tools)
+            r_ids, r_lab = encode(r["prompt"] + r["rejected"], max_len, kl_stats, tools)
             if supervised(c_lab, r_lab):
                 out[r["id"]] = (Example(c_ids, c_lab, phase, r["id"]),
                                 Example(r_ids, r_lab, phase, r["id"]), len(out))   # + pair index
@@ -70,9 +73,20 @@ def examples_for(records, tokenizer, spec, phases, pairs: bool, max_len: int | N
             for ex in _text_examples(enc, r, max_len, phase, stats):
                 out[ex.record_id] = ex
         else:
-            ids, labels = encode(r["messages"], max_len, stats)
+            ids, labels = encode(r["messages"], max_len, stats, tools)
             if supervised(labels):
                 out[r["id"]] = Example(ids, labels, phase, r["id"])
+
+    for r in records:
+        if r["id"] in out:   # an upsampled repeat: one example (and one pair index) per record
+            continue
+        try:
+            encode_one(r)
+        except DataError as e:   # the template refused or lost a call: name the record
+            raise DataError(f"{r.get('where') or r['id']}: {e.message}", key=e.key) from None
+    for k in ("truncated_records", "truncated_tokens"):
+        if k in kl_stats:
+            stats[k] = stats.get(k, 0) + kl_stats[k]
     if enc.notes:   # e.g. a system prompt folded into the first user turn: said, and recorded
         stats["template_notes"] = sorted(enc.notes)
     return out, stats

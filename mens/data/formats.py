@@ -21,14 +21,18 @@ Every problem is a `Bad(key, why)`: the caller adds file:line and raises DataErr
 """
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Callable, Literal
+
+from mens.data import tools as T
 
 Kind = Literal["chat", "pair", "labeled", "text"]
 ROLES = ("system", "user", "assistant", "tool")
 SHAREGPT_ROLES = {"system": "system", "human": "user", "user": "user", "gpt": "assistant",
                   "assistant": "assistant", "tool": "tool", "function_call": "assistant",
                   "observation": "tool", "function": "tool"}
+SHAREGPT_CALLS = ("function_call",)   # ShareGPT turns whose value is a call's JSON (LLaMA-Factory)
 
 
 def kind(rec: dict) -> Kind:
@@ -93,8 +97,11 @@ def _text(rec: dict, key: str) -> str:
     return v
 
 
-def _messages(v, key: str, roles: dict | None = None) -> list[dict]:
-    """A list of {role, content} (or ShareGPT {from, value} when `roles` maps them)."""
+def _messages(v, key: str, roles: dict | None = None, names: set | None = None) -> list[dict]:
+    """A list of {role, content} (or ShareGPT {from, value} when `roles` maps them). Tool use is
+    kept as structure (mens.data.tools): an assistant turn's `tool_calls` (or the legacy
+    `function_call`; ShareGPT's `function_call` turn, whose value is the call's JSON), a tool
+    turn's `tool_call_id`/`name`. `names`: the record's tools, which every call must name."""
     if not isinstance(v, list) or not v:
         raise Bad(key, f"`{key}` must be a non-empty list of messages")
     out = []
@@ -107,16 +114,51 @@ def _messages(v, key: str, roles: dict | None = None) -> list[dict]:
             known = ", ".join(sorted(roles) if roles else ROLES)
             raise Bad(f"{key}[{i}].{rk}", f"`{key}[{i}].{rk}` is {m[rk]!r}; it must be one of "
                                          f"{known}")
-        content = m.get(ck)
-        if content is None and role == "assistant" and m.get("tool_calls"):
-            content = ""
+        sharegpt_call = bool(roles) and m[rk] in SHAREGPT_CALLS
+        try:
+            calls = T.message_calls(m, f"{key}[{i}]", role, sharegpt_call, names)
+        except T.ToolError as e:
+            raise Bad(e.key, e.why) from None
+        content = "" if calls and (sharegpt_call or m.get(ck) is None) else m.get(ck)
+        if role == "tool" and isinstance(content, (dict, list)):
+            content = json.dumps(content, ensure_ascii=False)   # a result given as an object
         if not isinstance(content, str):
             raise Bad(f"{key}[{i}].{ck}", f"`{key}[{i}].{ck}` must be a string")
         msg = {"role": role, "content": content}
+        if calls:
+            msg["tool_calls"] = calls
+        if role == "tool":
+            for k in ("tool_call_id", "name"):
+                if isinstance(m.get(k), str) and m[k]:
+                    msg[k] = m[k]
         if isinstance(m.get("reasoning_content"), str) and m["reasoning_content"]:
             msg["reasoning_content"] = m["reasoning_content"]
         out.append(msg)
+    try:
+        T.link_results(out, key)
+    except T.ToolError as e:
+        raise Bad(e.key, e.why) from None
     return out
+
+
+def _tools(rec: dict) -> tuple[dict, set | None]:
+    """({"tools": [...]} or {}, the tool names calls must use, or None when the record lists no
+    tools — its calls are then trained as they are, unchecked)."""
+    if rec.get("tools") in (None, "", []):
+        return {}, None
+    try:
+        tools = T.normalize_tools(rec["tools"])
+    except T.ToolError as e:
+        raise Bad(e.key, e.why) from None
+    return {"tools": tools}, T.tool_names(tools)
+
+
+def tool_calls(rec: dict) -> int:
+    """How many tool calls a (normalised) record holds: every turn of a chat, a pair's prompt and
+    both answers, a labelled record's prompt and completion."""
+    msgs = [m for k in ("messages", "prompt", "chosen", "rejected", "completion")
+            if isinstance(rec.get(k), list) for m in rec[k]]
+    return T.count_calls(msgs)
 
 
 def check_turns(msgs: list[dict], key: str, need_answer: bool = True) -> None:
@@ -147,11 +189,12 @@ def _with_system(msgs: list[dict], system: str | None) -> list[dict]:
     return msgs
 
 
-def _as_messages(v, key: str, role: str) -> list[dict]:
-    return [{"role": role, "content": v}] if isinstance(v, str) else _messages(v, key)
+def _as_messages(v, key: str, role: str, names: set | None = None) -> list[dict]:
+    return [{"role": role, "content": v}] if isinstance(v, str) else \
+        _messages(v, key, names=names)
 
 
-def _alpaca(rec: dict) -> list[dict]:
+def _alpaca(rec: dict, names: set | None = None) -> list[dict]:
     inp = rec.get("input") or ""
     if not isinstance(inp, str):
         raise Bad("input", "`input` must be a string")
@@ -163,12 +206,12 @@ def _alpaca(rec: dict) -> list[dict]:
     return msgs
 
 
-def _prompt_completion(rec: dict) -> list[dict]:
+def _prompt_completion(rec: dict, names: set | None = None) -> list[dict]:
     for k in ("prompt", "completion"):
         if k not in rec:
             raise Bad(k, f"missing field `{k}`")
-    return _as_messages(rec["prompt"], "prompt", "user") + \
-        _as_messages(rec["completion"], "completion", "assistant")
+    return _as_messages(rec["prompt"], "prompt", "user", names) + \
+        _as_messages(rec["completion"], "completion", "assistant", names)
 
 
 def _plain(rec: dict, system: str | None) -> dict:
@@ -185,12 +228,14 @@ def _pair(rec: dict, system: str | None) -> dict:
     for k in ("chosen", "rejected"):
         if k not in rec:
             raise Bad(k, f"missing field `{k}`")
+    extra, names = _tools(rec)
     if "prompt" in rec:
-        prompt = _as_messages(rec["prompt"], "prompt", "user")
-        chosen = _as_messages(rec["chosen"], "chosen", "assistant")
-        rejected = _as_messages(rec["rejected"], "rejected", "assistant")
+        prompt = _as_messages(rec["prompt"], "prompt", "user", names)
+        chosen = _as_messages(rec["chosen"], "chosen", "assistant", names)
+        rejected = _as_messages(rec["rejected"], "rejected", "assistant", names)
     else:                       # implicit prompt: the shared prefix of two whole chats
-        c, r = _messages(rec["chosen"], "chosen"), _messages(rec["rejected"], "rejected")
+        c = _messages(rec["chosen"], "chosen", names=names)
+        r = _messages(rec["rejected"], "rejected", names=names)
         if len(c) < 2 or c[:-1] != r[:-1]:
             raise Bad("prompt", "without a `prompt`, `chosen` and `rejected` must be whole chats "
                                 "that differ only in their last (assistant) turn")
@@ -202,7 +247,7 @@ def _pair(rec: dict, system: str | None) -> dict:
     for k, msgs in (("chosen", chosen), ("rejected", rejected)):
         if [m["role"] for m in msgs] != ["assistant"]:
             raise Bad(k, f"`{k}` must be one assistant answer")
-    return {"prompt": prompt, "chosen": chosen, "rejected": rejected}
+    return {"prompt": prompt, "chosen": chosen, "rejected": rejected, **extra}
 
 
 def _labeled(rec: dict, system: str | None) -> dict:
@@ -213,14 +258,15 @@ def _labeled(rec: dict, system: str | None) -> dict:
             raise Bad(k, f"missing field `{k}`")
     if not isinstance(rec["label"], bool):
         raise Bad("label", f"`label` must be true (desirable) or false, not {rec['label']!r}")
-    prompt = _with_system(_as_messages(rec["prompt"], "prompt", "user"), system)
+    extra, names = _tools(rec)
+    prompt = _with_system(_as_messages(rec["prompt"], "prompt", "user", names), system)
     check_turns(prompt, "prompt", need_answer=False)
     if prompt[-1]["role"] != "user":
         raise Bad("prompt", "`prompt` must end with a user turn")
-    completion = _as_messages(rec["completion"], "completion", "assistant")
+    completion = _as_messages(rec["completion"], "completion", "assistant", names)
     if [m["role"] for m in completion] != ["assistant"]:
         raise Bad("completion", "`completion` must be one assistant answer")
-    return {"prompt": prompt, "completion": completion, "label": rec["label"]}
+    return {"prompt": prompt, "completion": completion, "label": rec["label"], **extra}
 
 
 def unpair(records: list[dict]) -> list[dict]:
@@ -235,13 +281,14 @@ def unpair(records: list[dict]) -> list[dict]:
     return out
 
 
-def _chat(read: Callable[[dict], list[dict]], key: str = "messages"):
-    """A chat format's normalize: its messages (`read`), the system prompt, then the turn checks
-    (errors name the list `key`)."""
+def _chat(read: Callable[[dict, set | None], list[dict]], key: str = "messages"):
+    """A chat format's normalize: its tools, its messages (`read`, calls checked against the
+    tools), the system prompt, then the turn checks (errors name the list `key`)."""
     def normalize(rec: dict, system: str | None) -> dict:
-        msgs = _with_system(read(rec), system)
+        extra, names = _tools(rec)
+        msgs = _with_system(read(rec, names), system)
         check_turns(msgs, key)
-        return {"messages": msgs}
+        return {"messages": msgs, **extra}
     return normalize
 
 
@@ -260,11 +307,12 @@ class Format:
 FORMATS: dict[str, Format] = {f.name: f for f in (   # the listing order of errors and the README
     Format("messages", "chat",
            '{"messages": [{"role": "user", "content": …}, {"role": "assistant", …}]}',
-           lambda r: "messages" in r, _chat(lambda r: _messages(r.get("messages"), "messages"))),
+           lambda r: "messages" in r,
+           _chat(lambda r, n: _messages(r.get("messages"), "messages", names=n))),
     Format("sharegpt", "chat",
            '{"conversations": [{"from": "human", "value": …}, {"from": "gpt", …}]}',
            lambda r: "conversations" in r,
-           _chat(lambda r: _messages(r.get("conversations"), "conversations", SHAREGPT_ROLES),
+           _chat(lambda r, n: _messages(r.get("conversations"), "conversations", SHAREGPT_ROLES, n),
                  "conversations")),
     Format("alpaca", "chat", '{"instruction": …, "input": … (optional), "output": …}',
            lambda r: "instruction" in r and "output" in r, _chat(_alpaca)),
@@ -292,17 +340,26 @@ def detect(rec: dict) -> str | None:
     return None
 
 
-def normalize(rec: dict, fmt: str, system: str | None = None) -> dict:
+def normalize(rec: dict, fmt: str, system: str | None = None,
+              tools: list[dict] | None = None) -> dict:
     """The record in mens's form: {"messages"} | {"prompt", "chosen", "rejected"} |
-    {"prompt", "completion", "label"} | {"text"}."""
+    {"prompt", "completion", "label"} | {"text"}; + "tools" where it lists any. `tools`
+    (data.tools) are the schemas of a conversational record that lists none."""
     if not isinstance(rec, dict):
         raise Bad("record", "each record must be a JSON object")
     if fmt not in FORMATS:
         raise Bad("format", f"unknown format {fmt!r}")
+    if tools and FORMATS[fmt].kind != "text" and not rec.get("tools"):
+        rec = {**rec, "tools": tools}
     return FORMATS[fmt].normalize(rec, system)
 
 
 def words(rec: dict) -> list[str]:
     """Lower-cased words of a record's whole text (for n-gram decontamination)."""
-    text = rec["text"] if kind(rec) == "text" else " ".join(m["content"] for m in turns(rec))
-    return text.lower().split()
+    if kind(rec) == "text":
+        return rec["text"].lower().split()
+    parts = []
+    for m in turns(rec):
+        parts.append(m["content"])
+        parts += [T.call_text(c) for c in m.get("tool_calls") or []]
+    return " ".join(parts).lower().split()

@@ -7,6 +7,7 @@ No torch: the same code path the planner uses (mens.data.sources, mens.data.leng
 from __future__ import annotations
 
 from mens.data import lengths as L
+from mens.data.formats import tool_calls
 
 BAR = 40
 
@@ -31,6 +32,19 @@ def _spoke_dataset(cfg):
     record = card(cfg.lane).record
     kind = {"chat": "sft", "pairs": "preference"}.get(record, record)
     return Dataset(uniq, held, kind, "mens (spoke corpus)", stats)
+
+
+def tool_counts(ds, enc, seq: int) -> dict:
+    """Tool calls over train + eval as the run will encode them: read, rendered (parsed back out
+    of the rendered text), supervised within seq_len; {} when the data calls no tool. Encoding
+    raises (exit 2) where a template would lose a call."""
+    from mens.data.formats import turns
+
+    stats: dict = {}
+    for r in ds.train + ds.eval:
+        if tool_calls(r):
+            enc.encode(turns(r), seq, stats, r.get("tools"))
+    return {k: v for k, v in stats.items() if k.startswith("tool_calls")}
 
 
 def histogram(tokens: list[int], bins: int = 10) -> list[str]:
@@ -67,11 +81,13 @@ def inspect(cfg, seq_len: int | None = None) -> dict:
     lines = [f"mens data inspect · {name} · format {ds.format} ({ds.kind})",
              f"records: {s.get('read', '?')} read → train {len(ds.train)} · eval {len(ds.eval)} "
              f"(eval from {s.get('eval_from', '?')})"]
-    removed = {k: s[k] for k in ("duplicates_removed", "below_min_rating", "tag_filtered",
-                                 "eval_duplicates_removed_from_train",
+    removed = {k: s[k] for k in ("bad_skipped", "duplicates_removed", "below_min_rating",
+                                 "tag_filtered", "eval_duplicates_removed_from_train",
                                  "contaminated_eval_removed", "upsampled") if s.get(k)}
     lines.append("removed/counted: " + (", ".join(f"{k} {v}" for k, v in removed.items())
                                         or "nothing (no duplicates, no contamination)"))
+    for b in s.get("bad_examples") or []:
+        lines.append(f"  skipped (data.on_bad=skip): {b}")
     if s.get("contaminated_examples"):
         lines.append(f"  contaminated eval records ({s['decontam_n']}-grams): "
                      + ", ".join(s["contaminated_examples"]))
@@ -86,8 +102,17 @@ def inspect(cfg, seq_len: int | None = None) -> dict:
     t = out["train"]
     lines.append(f"at seq_len {seq}: {t['truncated']} of {t['records']} training records are cut, "
                  f"{t['unsupervised']} keep no answer token (skipped)")
+    if enc is not None:
+        calls = tool_counts(ds, enc, seq)
+        if calls:
+            out["tool_calls"] = calls
+            lines.append(f"tool calls ({enc.tool_syntax or 'template'} syntax): "
+                         f"{calls['tool_calls_read']} read → {calls['tool_calls_rendered']} "
+                         f"rendered → {calls['tool_calls_supervised']} supervised at seq_len "
+                         f"{seq} ({calls['tool_calls_truncated']} cut by the window)")
     if enc is not None and ds.train:
+        first = next((r for r in ds.train if tool_calls(r)), ds.train[0])
         lines += ["", "one record through the chat template (⟦supervised⟧):",
-                  enc.marked(ds.train[0])]
+                  enc.marked(first)]
     out["text"] = "\n".join(lines)
     return out

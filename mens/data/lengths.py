@@ -49,7 +49,7 @@ def measure_records(records: list[dict], encoder) -> list[tuple[int, int]]:
                 ids = encoder.text_ids(r["text"])
                 best = max(best, (len(ids), 1))
                 continue
-            ids, labels = encoder.encode(msgs, None, None)
+            ids, labels = encoder.encode(msgs, None, None, r.get("tools"))
             first = next((i for i, x in enumerate(labels) if x != IGNORE), len(labels))
             best = max(best, (len(ids), first))
         out.append(best)

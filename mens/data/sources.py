@@ -20,7 +20,9 @@ from pathlib import Path
 
 from mens.data import clean
 from mens.run.hashing import sha256
-from mens.data.formats import DATA_KIND, EXPECTED, Bad, detect, normalize, rename, unpair, words
+from mens.data.formats import (DATA_KIND, EXPECTED, Bad, detect, normalize, rename, tool_calls,
+                               unpair, words)
+from mens.data.tools import ToolError, normalize_tools
 from mens.errors import DataError
 
 EXTENSIONS = (".jsonl", ".json", ".parquet", ".csv")
@@ -170,6 +172,8 @@ def load_records(data, phases=("warmup",), which: str = "train") -> tuple[list[d
         lock = [{"path": str(p), "sha256": sha256(p), "bytes": p.stat().st_size} for p in files]
     fmt, records, stats = None, [], {"read": 0, "below_min_rating": 0, "tag_filtered": 0}
     first = None
+    shared_tools = dataset_tools(data)
+    skip_bad = _get(data, "on_bad", "error") == "skip"
     min_rating, tags = _get(data, "min_rating"), set(_get(data, "tags", []) or [])
     for label, rows, unit in feeds:
         for n, raw in rows:
@@ -194,11 +198,21 @@ def load_records(data, phases=("warmup",), which: str = "train") -> tuple[list[d
                                 f"{fmt}. One file set holds one format; split the files or fix "
                                 f"the record.", key="data.format")
             try:
-                norm = normalize(rec, fmt, system)
+                norm = normalize(rec, fmt, system, shared_tools)
             except Bad as b:
-                raise DataError(f"{where}: {b.why} (format {fmt}: {EXPECTED[fmt]}).",
-                                key=f"record.{b.key}") from None
+                if not skip_bad:
+                    raise DataError(f"{where}: {b.why} (format {fmt}: {EXPECTED[fmt]}). To drop "
+                                    f"such records and count them instead, set data.on_bad=skip.",
+                                    key=f"record.{b.key}") from None
+                stats["bad_skipped"] = stats.get("bad_skipped", 0) + 1   # said, never silent
+                stats.setdefault("bad_examples", [])
+                if len(stats["bad_examples"]) < 5:
+                    stats["bad_examples"].append(f"{where}: {b.why}")
+                continue
             stats["read"] += 1
+            n_calls = tool_calls(norm)
+            if n_calls:
+                stats["tool_calls_in_data"] = stats.get("tool_calls_in_data", 0) + n_calls
             rating, rtags = rec.get("rating"), rec.get("tags") or []
             if min_rating is not None and isinstance(rating, (int, float)) and rating < min_rating:
                 stats["below_min_rating"] += 1
@@ -216,6 +230,23 @@ def load_records(data, phases=("warmup",), which: str = "train") -> tuple[list[d
         raise DataError(f"{', '.join(f for f, _, _ in feeds)}: no records (the file is empty).",
                         key="data.path" if source == "file" else "data.name")
     return records, fmt, stats, lock
+
+
+def dataset_tools(data) -> list[dict] | None:
+    """`data.tools`: one file of tool schemas (a JSON list, or JSONL with one schema a line) that
+    every record without its own `tools` gets; None when unset."""
+    path = _get(data, "tools")
+    if not path:
+        return None
+    p = expand(path, "data.tools")[0]
+    if p.suffix.lower() not in (".json", ".jsonl"):
+        raise DataError(f"{p}: data.tools must be a .json list of tool schemas or .jsonl with one "
+                        f"schema a line.", p, key="data.tools")
+    rows = [r for _, r in read_file(p)]
+    try:
+        return normalize_tools(rows, "tools")
+    except ToolError as e:
+        raise DataError(f"{e.why} (data.tools).", p, key="data.tools") from None
 
 
 def _empty(what: str, stats: dict, hint: str, key: str) -> DataError:
@@ -237,6 +268,15 @@ def load_data(data, objective: str, phases=("warmup",)) -> Dataset:
                         f"{records[0]['where'] if records else 'the data'} is {fmt}. Use "
                         f"lane.objective={for_data(kind)} for this data, or give {want}.",
                         key="data.path")
+    if _get(data, "tools"):   # the shared schemas are part of the data: named by content
+        p = expand(_get(data, "tools"), "data.tools")[0]
+        lock.append({"path": str(p), "sha256": sha256(p), "bytes": p.stat().st_size,
+                     "role": "tools"})
+    if not records and stats.get("bad_skipped") and not stats["below_min_rating"] \
+            and not stats["tag_filtered"]:
+        raise DataError(f"data.on_bad=skip dropped every record ({stats['bad_skipped']} bad; "
+                        f"first: {stats['bad_examples'][0]}); fix the data or set "
+                        f"data.on_bad=error to see each problem.", key="data.on_bad")
     if not records:
         which = "min_rating filter" if stats["below_min_rating"] else "tags filter"
         raise _empty(which, stats, "lower `data.min_rating` or change `data.tags`.",

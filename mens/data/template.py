@@ -21,10 +21,14 @@ and takes the same options (Qwen3's `enable_thinking`), so train and serve see o
 """
 from __future__ import annotations
 
+import json
 import re
 from typing import Mapping, NamedTuple, Sequence
 
+from mens.data import tool_syntax as TS
 from mens.data.chat_template import find_template, render, special_tokens
+from mens.data.tool_turns import TOOL_FORMATS, ToolTurns, rendered_calls
+from mens.data.tool_turns import mark as _mark
 from mens.errors import DataError
 
 IGNORE = -100   # = mens.data.pack.IGNORE (not imported: pack imports torch)
@@ -32,39 +36,51 @@ _SENTINEL = re.compile("\ue000(\\d+)\ue001")
 _THINK = re.compile(r"^\s*<think>(.*?)</think>(.*)$", re.S)
 # How templates change a content before writing it (as is first: the common case).
 _TRANSFORMS = (lambda s: s, str.strip, lambda s: s.lstrip("\n"), lambda s: s.strip("\n"),
-               str.rstrip, str.lstrip)
-
-
-def _mark(k: int) -> str:
-    return f"\ue000{k}\ue001"
+               str.rstrip, str.lstrip,
+               # a string content written through `tojson` (Llama 3.1's tool results)
+               lambda s: json.dumps(s, ensure_ascii=False)[1:-1])
 
 
 class Rendered(NamedTuple):
     text: str                          # the full rendered chat
     spans: list[tuple[int, int]]       # [start, end) character spans to supervise, in order
     note: str | None                   # set when the system prompt was folded: print it once
+    # per assistant turn that calls tools: (its span's end, calls it holds, calls that read back
+    # out of the span in the template's own syntax — equal unless the template lost some)
+    calls: tuple = ()
 
 
-class ChatTemplate:
+class ChatTemplate(ToolTurns):
     """A chat template plus the special tokens it renders: load once per run, use per record."""
 
     def __init__(self, source: str, variables: Mapping[str, str] | None = None,
-                 tokens: Sequence[str] = (), origin: str = ""):
+                 tokens: Sequence[str] = (), origin: str = "", tool_format: str = "native"):
         self.source, self.origin = source, origin
+        if tool_format not in TOOL_FORMATS:
+            raise DataError(f"data.tool_format={tool_format!r}: choose native (the template's own "
+                            f"tool syntax) or hermes.", key="data.tool_format")
+        self.tool_format = tool_format
+        # the call syntax the model learns and serving parses: the template's own, or Hermes
+        self.syntax = "hermes" if tool_format == "hermes" else TS.syntax_of(source)
+        self._tools_ok: bool | None = None
+        self._eot_cache: dict[str, str] = {}
         self.variables = dict(variables or {})   # bos_token, eos_token, … as the template sees them
         toks = set(tokens) | set(self.variables.values())
         self.tokens = tuple(sorted((t for t in toks if t), key=len, reverse=True))
         self._system_cache: dict[str, str | None] = {}
 
     @classmethod
-    def load(cls, model_dir, override: str | None = None) -> "ChatTemplate":
+    def load(cls, model_dir, override: str | None = None,
+             tool_format: str = "native") -> "ChatTemplate":
         """The model's template (or data.chat_template's). ConfigError (exit 2) if it has none."""
         source, origin = find_template(model_dir, override)
         variables, tokens = special_tokens(model_dir)
-        return cls(source, variables, tokens, origin)
+        return cls(source, variables, tokens, origin, tool_format)
 
-    def render(self, messages, add_generation_prompt: bool = False, options=None) -> str:
-        return render(self.source, messages, self.variables, add_generation_prompt, options)
+    def render(self, messages, add_generation_prompt: bool = False, options=None,
+               tools=None) -> str:
+        return render(self.source, messages, self.variables, add_generation_prompt, options,
+                      tools)
 
     # ---- system prompt ------------------------------------------------------------------
     def _fold(self, messages: list[dict], options) -> tuple[list[dict], str | None]:
@@ -104,46 +120,95 @@ class ChatTemplate:
         return self._system_cache[key]
 
     # ---- spans --------------------------------------------------------------------------
-    def render_spans(self, messages, options=None) -> Rendered:
+    def render_spans(self, messages, options=None, tools=None) -> Rendered:
         """The rendered chat and the character spans to supervise (see the module docstring).
         Raises DataError when the template refuses the record (e.g. roles not alternating)."""
         msgs, note = self._fold([dict(m) for m in messages], options)
+        msgs, tools, called, tnote = self._tooled(msgs, tools)
+        note = "\n".join(n for n in (note, tnote) if n) or None
         try:
-            real = self.render(msgs, False, options)
+            real = self.render(msgs, False, options, tools)
         except Exception as e:
             raise DataError(f"the chat template ({self.origin}) refuses this record: {e}",
                             key="messages") from e
         for cand in _candidates(msgs):
-            if cand is not msgs and self.render(cand, False, options) != real:
+            if cand is not msgs and self.render(cand, False, options, tools) != real:
                 continue   # the template writes inline <think> differently from reasoning_content
             values, probe = _probe(cand)
-            found = _align(_SENTINEL.split(self.render(probe, False, options)), values, real)
+            found = _align(_SENTINEL.split(self.render(probe, False, options, tools)), values,
+                           real)
             if found is not None:
-                return Rendered(real, self._spans(cand, found, values, real), note)
+                spans, calls = self._spans(cand, found, values, real, options, tools, called)
+                return Rendered(real, spans, note, tuple(calls))
         raise DataError(
             f"the chat template ({self.origin}) rewrites message contents in a way mens cannot "
             "align (not as is, trimmed or stripped of newlines), so the assistant tokens are "
             "unknown; name a simpler template with data.chat_template.", key="data.chat_template")
 
-    def _spans(self, msgs, found, values, real) -> list[tuple[int, int]]:
-        spans = []
+    def _spans(self, msgs, found, values, real, options=None, tools=None, called=None):
+        """(spans, calls): the supervised spans, and per tool-calling turn (span end, calls
+        read, calls rendered). called: {turn index: the calls it makes} (under hermes the
+        turn holds them as text)."""
+        spans, calls, called = [], [], called or {}
         for i, m in enumerate(msgs):
-            if m.get("role") != "assistant" or 2 * i not in found:
+            if m.get("role") != "assistant" or (2 * i not in found and not m.get("tool_calls")):
                 continue
-            start, end = found[2 * i]
-            if 2 * i + 1 in found and found[2 * i + 1][0] <= start:
+            if i in called and not m.get("tool_calls"):   # hermes: the calls are the content's
+                end = found[2 * i][1]
+                eot = next((t for t in self.tokens if real.startswith(t, end)), "")
+                got = TS.parse(real[found[2 * i][0]:end], "hermes").calls
+                calls.append((end + len(eot), len(called[i]), rendered_calls(called[i], got, "")))
+            start = found[2 * i][0] if 2 * i in found else None
+            if 2 * i + 1 in found and (start is None or found[2 * i + 1][0] <= start):
                 # reasoning the template wrote before the answer: supervised from its <think>
                 r0, _ = found[2 * i + 1]
                 prev = max([e for k, (s, e) in found.items() if e <= r0] or [0])
                 think = real.rfind("<think>", prev, r0)
                 start = think if think >= 0 else r0
-            eot = next((t for t in self.tokens if real.startswith(t, end)), "")
-            spans.append((start, end + len(eot)))
-        return spans
+            if not m.get("tool_calls"):
+                end = found[2 * i][1]
+                eot = next((t for t in self.tokens if real.startswith(t, end)), "")
+                spans.append((start, end + len(eot)))
+                continue
+            if start is None:
+                start = self._call_start(msgs, i, found, real, options, tools)
+            end = self._call_end(real, found[2 * i][1] if 2 * i in found else start, options)
+            body = real[start:end - len(self._eot(options))]   # the call text, eot off
+            got = TS.parse(body, self.syntax).calls if self.syntax else None
+            calls.append((end, len(m["tool_calls"]), rendered_calls(m["tool_calls"], got, body)))
+            spans.append((start, end))
+        return spans, calls
+
+    def _call_start(self, msgs, i, found, real, options, tools) -> int:
+        """Where turn i's tool call begins in `real` when it has no content to mark: after the
+        template's assistant header. The header is the text a plain answer in the same place
+        gets before its content (msgs[:i] + one marked answer); where the two renders part
+        inside a word (Qwen3's `<think>` vs `<tool_call>`) the start steps back to the last
+        special token or newline they share."""
+        prev = max([e for k, (s, e) in found.items() if k < 2 * i] or [0])
+        variant = [*msgs[:i], {"role": "assistant", "content": _mark(2 * i)}]
+        try:
+            text = self.render(_probe(variant)[1], False, options, tools)
+        except Exception as e:   # noqa: BLE001 - the template refuses a plain answer here
+            raise DataError(f"the chat template ({self.origin}) refuses a plain answer where this "
+                            f"record calls a tool ({e}), so mens cannot tell where the call "
+                            "starts; name a template with data.chat_template.",
+                            key="data.chat_template") from e
+        at = text.find(_mark(2 * i))
+        header = text[text.rfind("\ue001", 0, at) + 1:at]
+        k = 0
+        while k < len(header) and prev + k < len(real) and real[prev + k] == header[k]:
+            k += 1
+        if k < len(header):      # parted inside the header: back to a boundary both share
+            while k > 0 and not (header[k - 1] == "\n" or
+                                 any(header.endswith(t, 0, k) for t in self.tokens)):
+                k -= 1
+        return prev + k
 
     # ---- tokens -------------------------------------------------------------------------
     def encode(self, tokenizer, messages, max_len: int | None = None, options=None,
-               stats: dict | None = None, notes: set | None = None) -> tuple[list[int], list[int]]:
+               stats: dict | None = None, notes: set | None = None,
+               tools=None) -> tuple[list[int], list[int]]:
         """(ids, labels) of a chat: labels = ids on the supervised spans, -100 elsewhere.
 
         The whole rendered text is tokenized at once with add_special_tokens=False — as
@@ -154,10 +219,20 @@ class ChatTemplate:
         (Mistral's `[/INST] Hi` → `▁Hi`), and that token is the one the model must produce.
         `tokenizer`: a `tokenizers.Tokenizer` (or a transformers fast tokenizer).
         `max_len` keeps the first max_len tokens; `stats` counts truncated_records/_tokens;
-        `notes` (a set) receives the system-folding note."""
-        text, spans, note = self.render_spans(messages, options)
+        `notes` (a set) receives the system-folding note. `tools`: the record's schemas.
+        Tool calls are counted in `stats` — read, rendered (parsed back out of the supervised
+        text) and supervised (not cut by max_len) — and a record whose template lost a call
+        raises DataError: a call is never dropped silently."""
+        text, spans, note, calls = self.render_spans(messages, options, tools)
         if note and notes is not None:
-            notes.add(note)
+            notes.update(note.split("\n"))
+        read, rendered = sum(c[1] for c in calls), sum(c[2] for c in calls)
+        if rendered != read:
+            raise DataError(f"the chat template ({self.origin}) rendered {rendered} of this "
+                            f"record's {read} tool calls in a form that reads back as the same "
+                            "name and arguments; mens stops rather than train on lost calls. "
+                            "Check the calls' arguments, or set data.tool_format=hermes.",
+                            key="data.tool_format")
         backend = getattr(tokenizer, "backend_tokenizer", tokenizer)
         enc = backend.encode(text, add_special_tokens=False)
         ids, labels, j = list(enc.ids), [IGNORE] * len(enc.ids), 0
@@ -173,16 +248,23 @@ class ChatTemplate:
             stats["truncated_records"] = stats.get("truncated_records", 0) + (dropped > 0)
             stats["truncated_tokens"] = stats.get("truncated_tokens", 0) + dropped
         keep = len(ids) - dropped
+        if stats is not None and calls:
+            kept_to = enc.offsets[keep - 1][1] if keep else 0
+            cut = sum(n for end, n, _ in calls if end > kept_to)
+            for k, v in (("tool_calls_read", read), ("tool_calls_rendered", rendered),
+                         ("tool_calls_supervised", read - cut), ("tool_calls_truncated", cut)):
+                stats[k] = stats.get(k, 0) + v
         return ids[:keep], labels[:keep]
 
-    def prompt_text(self, messages, options=None, notes: set | None = None) -> str:
-        """What serving feeds the model: the same template, folding and options as training,
-        plus the template's generation prompt (Qwen3 with enable_thinking=False: an empty
-        think block, exactly the prefix its training records had before the answer)."""
+    def prompt_text(self, messages, options=None, notes: set | None = None, tools=None) -> str:
+        """What serving feeds the model: the same template, folding, options and tool rendering
+        as training, plus the template's generation prompt (Qwen3 with enable_thinking=False:
+        an empty think block, exactly the prefix its training records had before the answer)."""
         msgs, note = self._fold([dict(m) for m in messages], options)
-        if note and notes is not None:
-            notes.add(note)
-        return self.render(msgs, True, options)
+        msgs, tools, _, tnote = self._tooled(msgs, tools)
+        if notes is not None:
+            notes.update(n for n in (note, tnote) if n)
+        return self.render(msgs, True, options, tools)
 
 
 def _candidates(msgs: list[dict]):
@@ -207,7 +289,9 @@ def _probe(msgs: list[dict]) -> tuple[dict[int, str], list[dict]]:
     values, probe = {}, []
     for i, m in enumerate(msgs):
         m = dict(m)
-        if isinstance(m.get("content"), str):
+        # a tool-calling turn's empty content stays empty: templates test it (Qwen writes a newline
+        # before the first <tool_call> only after a content) — its span is found from the header
+        if isinstance(m.get("content"), str) and (m["content"] or not m.get("tool_calls")):
             values[2 * i], m["content"] = m["content"], _mark(2 * i)
         for key in ("reasoning_content", "thinking", "reasoning"):
             if isinstance(m.get(key), str) and m[key].strip():
@@ -247,3 +331,4 @@ def _align(parts: list[str], values: dict[int, str], real: str):
                 stack.append((p + 2, pos + len(v) + len(after), 0))
                 break
     return None
+

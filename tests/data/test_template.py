@@ -175,7 +175,7 @@ def test_qwen3_prompt_matches_training_prefix_with_thinking_off():
     tpl, options = template("qwen3"), {"enable_thinking": False}
     prompt = tpl.prompt_text(CHAT[:4], options)
     assert prompt.endswith("<|im_start|>assistant\n<think>\n\n</think>\n\n")
-    text, spans, _ = tpl.render_spans(CHAT, options)
+    text, spans, *_ = tpl.render_spans(CHAT, options)
     assert text[:spans[-1][0]] == prompt   # what the model saw before its answer, at both times
 
 
