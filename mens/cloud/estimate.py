@@ -195,7 +195,7 @@ def objective_lines(cfg: DictConfig, spec, plan) -> dict:
     cost = rate(cfg, spec, plan)[0] if spec is not None else None
     if cost is None:
         return {"lines": [], "measured": [], "assumed": []}
-    return {"lines": [objective_line(cost), cost.where],
+    return {"lines": [objective_line(cost), f"rows counted from the code: {cost.where}"],
             "measured": [m for m in cost.measured if not m.startswith("training rows")],
             "assumed": [a for a in cost.assumed if not a.startswith("training rows")]}
 

@@ -136,7 +136,8 @@ CARDS = {
     # the reference (both rows: the completion and its KL row) precomputed, as dpo's
     "kto": Card("kto", "labeled", ("pairs",), lambda lane: 1, "always", False,
                 ("reference_pass",),
-                lambda g, ref: StepCost((1,), forward=1, reference=2 if ref else 0, forward_what="KL-row forward", where=(
+                lambda g, ref: StepCost((1,), forward=1, reference=2 if ref else 0,
+                                        forward_what="KL-row forward", where=(
                     "mens/objective/kto.py: Kto.step scores the completion row, and its KL row "
                     "under no_grad; Kto.prepare scores both with the reference once"))),
     "grpo": Card("grpo", "prompts", ("chat", "pairs"),

@@ -109,11 +109,14 @@ def eta(cfg, spec, plan) -> dict | None:
     stand on; or why there are none."""
     cost = cost_of(plan)
     if cost is None:
-        return None
+        return {"hours": None, "why": f"hw {spec.hw.name} ({spec.hw.backend}) states no TFLOPS "
+                                      f"(hw.tflops_bf16): no time estimate"}
     try:
         tokens = training_tokens(cfg, spec)
     except MensError as e:      # no count: said, never a guessed one
         return {"hours": None, "why": e.message}
+    except OSError as e:        # the data cannot be read to count (training will say so too)
+        return {"hours": None, "why": f"the training tokens cannot be counted: {e}"}
     total, distinct, records, bound = trained(tokens, spec, plan)
     parts = cost.part_seconds(total, distinct, records)
     return {"hours": round(sum(parts.values()) / 3600, 6), "tokens": total,

@@ -161,7 +161,7 @@ def cost_lines(cost: dict | None, eta: dict | None) -> list[str]:
     """The objective's line (what a record costs beyond SFT's one row, each part's share and
     whether it is measured or assumed), what is assumed, and the ETA."""
     if not cost:
-        return []
+        return [f"ETA: none — {eta['why']}"] if eta and eta.get("why") else []
     out = []
     shares = ", ".join(f"{PART.get(k, k)} {v['share']:.0%} ({v['basis']})"
                        for k, v in cost["parts"].items())
@@ -170,7 +170,7 @@ def cost_lines(cost: dict | None, eta: dict | None) -> list[str]:
         out.append(f"objective {cost['objective']}: per record {cost['per_record']} → "
                    f"~{cost['record_tokens_per_s']:,.0f} record tokens/s ({ratio:.2f}× SFT's "
                    f"~{cost['sft_record_tokens_per_s']:,.0f} at this shape); time: {shares}")
-        out.append(f"  counted: {cost['where']}")
+        out.append(f"  counted from the code: {cost['where']}")
         out += [f"  measured: {m}" for m in cost["measured"]
                 if not m.startswith("training rows")]
         out += [f"  assumed: {a}" for a in cost["assumed"]]
@@ -188,7 +188,8 @@ def cost_lines(cost: dict | None, eta: dict | None) -> list[str]:
 
 
 def _dur(hours: float) -> str:
-    return f"{hours:.2f} h" if hours >= 1 else f"{hours * 60:.1f} min"
+    return (f"{hours:.2f} h" if hours >= 1 else f"{hours * 60:.1f} min" if hours >= 1 / 60
+            else f"{hours * 3600:.1f} s")
 
 
 def _budget_line(spec) -> str:

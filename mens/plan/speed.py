@@ -17,6 +17,13 @@ other kernels) — is what published measurements are fitted for (`mens fit`, th
 error, and τ likewise. A class with no evidence uses `speed.assumed_mfu` (and no τ), and
 says so.
 
+That is the rate of SFT's training rows. What an objective spends per record on top
+(objective_cost) is its card's StepCost (mens.config.objectives): policy rows in one or more
+forward + backward passes, forwards without grad in the step (KTO's KL rows, GRPO's reference),
+reference forwards once before training (DPO, KTO), sampling token by token and the oracle's
+call (GRPO). Each part is timed by the same terms (Passes) and says whether it stands on the
+fit (measured), on a constant below (assumed, with its source), or on a measurement here.
+
 Pure arithmetic, no torch: the planner calls it for every plan.
 """
 from __future__ import annotations
@@ -47,6 +54,20 @@ ORACLE_SOURCE = (f"measured on mens's 2-core development host: one call over {OR
                  "child processes took 0.02-0.25 s for 8-128 short answers of the "
                  "skill_frontmatter, python_parses, shell_syntax and rust_compiles checks; "
                  "long answers, and failing crates, take longer")
+# Where mens measured an objective's steps: on CPU only (calibration/cpu.jsonl, Qwen3-0.6B's
+# widths with 8 layers; recomputed from the records by tests/plan/test_objective_costs.py). Said
+# beside a plan as evidence, not applied: no tier has a CPU time model, and CPU's costs (an fp32
+# log-softmax over 151,936 words per row) are not a GPU's.
+CPU_DPO_STEP_RATIO = (1.25, 2.89, 4.39, 7)      # min, median, max, records
+CPU_DPO = ("on CPU a DPO step took {0:.2g}-{2:.2g}× (median {1:.2g}×) the time SFT's measured "
+           "steps give for as many row tokens ({3} records, cpu/lora-dpo against cpu/lora in "
+           "calibration/cpu.jsonl): there the row count is a floor; no GPU step of a preference "
+           "objective is measured").format(*CPU_DPO_STEP_RATIO)
+CPU_GRPO_DECODE_S = (1.11, 0.034)   # per sampled token step (4 rows), per 4 rows' token of SFT
+CPU_GRPO = ("on CPU 96 more sampled tokens per completion added {0:.2g} s per token step to a "
+            "GRPO step of 4 rows, where SFT's measured steps train 4 row tokens in {1:.2g} s "
+            "(cpu/lora-grpo against cpu/lora in calibration/cpu.jsonl): sampling, not the rows, "
+            "sets its time").format(*CPU_GRPO_DECODE_S)
 
 
 @dataclass(frozen=True)
@@ -177,7 +198,8 @@ class Passes:
         """A forward without grad (a reference, a KL row, generate's prefill): 2 FLOPs per
         parameter per token, the weights read once, FORWARD_LATENCY_SHARE of τ (ASSUMED)."""
         return self._seconds(self._flops(rows, length, head, 2, 2), self.weight_bytes(),
-                             self.bandwidth_gbs, self.arch.layers * self.tau * FORWARD_LATENCY_SHARE)
+                             self.bandwidth_gbs,
+                             self.arch.layers * self.tau * FORWARD_LATENCY_SHARE)
 
     def decode(self, rows: int, prompt: int, new: int) -> float:
         """`new` token steps of `rows` rows after a prompt of `prompt` tokens (the prefill not
@@ -279,6 +301,10 @@ def objective_cost(arch: Arch, lane: LaneModel, shape: Shape, tflops: float | No
            for k, (s, per, why) in parts.items()}
     measured = [f"training rows: {how}"] if fitted else []
     assumed = [] if fitted else [f"training rows: {how}"]
+    if card(lane.objective).record in ("pairs", "labeled"):
+        measured.append(CPU_DPO)
+    if c.samples:
+        measured.append(CPU_GRPO)
     if c.forward or c.reference or c.samples:
         assumed.append(f"a forward without grad: 2 FLOPs per parameter per token at the same "
                        f"rate and {FORWARD_LATENCY_SHARE:.0%} of a training step's per-layer "
@@ -297,7 +323,7 @@ def objective_cost(arch: Arch, lane: LaneModel, shape: Shape, tflops: float | No
         else:
             assumed.append("rewards from the teacher (grpo.reward=teacher): its latency is "
                            "NOT in this estimate")
-    return Cost(lane.objective, c.words(T), f"rows per record counted from the code: {c.where}",
+    return Cost(lane.objective, c.words(T), c.where,
                 world * c.grad[0] * b * S / px.train(c.grad[0] * b, S, head),
                 tokens / total, tokens / px.train(b, S), step, tokens, world * b, out,
                 tuple(measured), tuple(assumed))

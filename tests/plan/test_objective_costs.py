@@ -207,3 +207,36 @@ def test_max_steps_bound_the_eta(compose):
     want = tokens / (4 * 1024) * (c["parts"]["policy"]["s"] + c["parts"]["reference"]["s"])
     assert e["hours"] * 3600 == pytest.approx(want, rel=1e-3)
     assert 250 < tokens / 48 < 350
+
+
+def test_the_cpu_measurements_the_plan_quotes_are_the_records():
+    """The objectives' CPU steps (calibration/cpu.jsonl) against SFT's: a line through SFT's
+    measured step times (0.6B widths, 8 layers) over the timed steps' row tokens gives what
+    SFT would take; DPO's steps took 1.25-4.39× that, and GRPO's 96 extra sampled tokens cost
+    1.1 s per token step where SFT trains 4 row tokens in 0.034 s. The plan quotes these."""
+    import statistics
+
+    import numpy as np
+
+    from mens.plan import speed
+    from mens.resources import CPU_RECORDS
+
+    recs = [json.loads(line) for line in CPU_RECORDS.open()]
+    mine = [r for r in recs if r["status"] == "ok" and r.get("step_s")
+            and r["arch"]["hidden"] == 1024 and r["arch"]["layers"] == 8]
+
+    def tokens(r):   # the timed steps (2..N: step 1 pays for warm-up), rows × width
+        return float(np.mean([a * b for a, b in r["batch_shapes"][1:]]))
+    sft = [r for r in mine if r["cell"] == "cpu/lora/nockpt/fp32"]
+    a, c = np.linalg.lstsq(np.array([[1.0, tokens(r)] for r in sft]),
+                           np.array([r["step_s"] for r in sft]), rcond=None)[0]
+    dpo = [r["step_s"] / (a + c * tokens(r)) for r in mine
+           if r["cell"] == "cpu/lora-dpo/nockpt/fp32"]
+    got = (min(dpo), statistics.median(dpo), max(dpo), len(dpo))
+    assert got == pytest.approx(speed.CPU_DPO_STEP_RATIO, abs=0.006)
+    g = {r["lane"]["generation_tokens"]: r["step_s"] for r in mine
+         if r["cell"] == "cpu/lora-grpo/nockpt/fp32" and r["micro_batch"] == 1
+         and r["role"] == "fit"}
+    assert ((g[128] - g[32]) / 96, 4 * c) == pytest.approx(speed.CPU_GRPO_DECODE_S, abs=0.006)
+    plan = cost("dpo")
+    assert speed.CPU_DPO in plan.measured and speed.CPU_GRPO in cost("grpo").measured
