@@ -24,6 +24,11 @@ candidate that shares a 12-word sequence with ANY training record of ANY spoke, 
 equals a training prompt, is rejected and counted (`decontamination` in the manifest).
 Ratings: ~7 % of training records are built "terse" (the artefact without explanation) and
 rated below the spoke's min_rating, so the loader's filter visibly drops them.
+Tool use (mcp_tool_chain, agent_harness) is structure, as mens.data.tools keeps a user's: the
+record's `tools`, each assistant turn's `tool_calls`, `tool` turns naming the call they answer —
+so each model family's template writes it in its own syntax. The held-out tests read a call as its
+Hermes text (the words a model writes), and the character lengths render it through the tiny
+rung's template (mens.data.corpus.render).
 """
 from __future__ import annotations
 
