@@ -140,8 +140,13 @@ def call_id(turn: int, j: int, call: dict) -> str:
 def link_results(msgs: list[dict], key: str) -> None:
     """Every tool turn answers a call of the assistant turn before it (by `tool_call_id`, else by
     `name`, else in order); it takes that call's id when it has none, and a call without an id
-    gets one (call_id). Raises ToolError for a tool turn that answers no call. Mutates msgs."""
+    gets one (call_id). Raises ToolError for a tool turn that answers no call — unless the
+    record makes no structured call at all and the turn names no call id (tool use written as
+    text). Mutates msgs."""
     pending: list[dict] = []
+    # a record with no structured call writes its calls as text in `content` (mens's corpora
+    # before issue #38, many users' data): its tool turns answer those and train as text
+    structured = any(m.get("tool_calls") for m in msgs)
     for i, m in enumerate(msgs):
         role = m["role"]
         if role == "assistant":
@@ -154,6 +159,8 @@ def link_results(msgs: list[dict], key: str) -> None:
             pending = []
             continue
         rid, name = m.get("tool_call_id"), m.get("name")
+        if not structured and rid is None:
+            continue
         if rid is not None:
             hit = next((c for c in pending if c.get("id") == rid), None)
             why = f"its tool_call_id {rid!r} matches no call of the assistant turn before it"
