@@ -121,4 +121,4 @@ class Kto(Objective):
         logged = reduce_metrics(ctx, {**metrics, "loss": loss.detach()}, self.KEYS)
         if "rewards/chosen" in logged and "rewards/rejected" in logged:   # as TRL logs it
             logged["rewards/margins"] = logged["rewards/chosen"] - logged["rewards/rejected"]
-        return loss, logged
+        return loss, self.over_step(ctx, logged)
