@@ -149,7 +149,10 @@ CARDS = {
                      "waits for the oracle, scores the G rows (completion_logps) and, when "
                      "grpo.beta > 0, the reference's log-probs of them (no grad)"))),
 }
-assert tuple(CARDS) == OBJECTIVES
+if tuple(CARDS) != OBJECTIVES:   # mens's own registry, checked at import (`python -O` too)
+    raise RuntimeError(f"mens.config.objectives.CARDS ({', '.join(CARDS)}) and "
+                       f"mens.config.schema.OBJECTIVES ({', '.join(OBJECTIVES)}) disagree: every "
+                       f"objective needs one card, in the same order.")
 
 
 def card(lane_or_name) -> Card:

@@ -11,13 +11,13 @@ from __future__ import annotations
 import math
 import sys
 
+from mens.config.schema import GRPO_LOSSES as LOSS_TYPES   # one list: validation's and ours
+from mens.config.schema import GRPO_SCALES as SCALES
 from mens.errors import ConfigError
 from mens.objective.base import Objective
 from mens.objective.sampling import (Rollout, completion_logps, end_ids, generate,  # noqa: F401
                                      prompt_ids)
 
-SCALES = ("group", "batch", "none")
-LOSS_TYPES = ("grpo", "bnpo", "dapo", "dr_grpo")
 STD_EPS = 1e-4          # TRL's: advantages / (std + 1e-4)
 
 
