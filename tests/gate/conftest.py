@@ -63,10 +63,11 @@ def well_trained(tmp_path_factory):
 def hurt_run(tmp_path_factory):
     """A tiny adapter trained at lr 3e-2 (10× the rung's rate): every other spoke's held-out
     loss rises by tens of percent. Under the default gate's rules: it fails — on 16 prompts per
-    spoke, not 64 (CPU time: a loss that rises by tens of percent is confident on 16)."""
+    spoke, not 64, and the floor lowered to match (CPU time: a loss that rises by tens of
+    percent is confident on 16, by the exact test that decides below 20 items)."""
     run = trained(tmp_path_factory.mktemp("gate") / "hurt", *FAST_TRAIN, "train.max_steps=10",
                   "lane.optimizer.lr=3e-2")
-    return run, gate(run, *DEFAULT_GATE, "gate.max_prompts=16")
+    return run, gate(run, *DEFAULT_GATE, "gate.max_prompts=16", "eval.min_items=16")
 
 
 @pytest.fixture(scope="session")

@@ -169,6 +169,13 @@ def test_a_guard_that_cannot_judge_fails_the_gate():
     assert [r["verdict"] for r in guards] == [
         "too few to judge: n=3 < eval.min_items=20", "cannot judge: no interval (n=200)",
         "cannot judge (n=0)"]
+    # the floor lowered to 1: 3 items still give no exact bound — a reason, with its fix
+    _, reasons, *_ = judge(result([own, few]), SimpleNamespace(**{**vars(G), "guard_tasks": []}),
+                           min_items=1)
+    assert reasons == ["collateral rust_workspace/loss: cannot judge: no interval (n=3: too few "
+                       "items for an exact bound) — a guard that cannot judge fails the gate; "
+                       "score more items (gate.max_prompts, more held-out data; an lm-eval "
+                       "task's eval.limit) or lower eval.min_items, which gate.json records"]
     # the same guard on 40 items with no loss: judged, and it does not fail the gate
     ok = row("collateral", "rust_workspace/loss", "loss", [2.0] * 40, [2.0] * 40,
              spoke="rust_workspace")
