@@ -79,6 +79,9 @@ def stale(existing: dict | None, need: DictConfig, sha: str | None) -> str | Non
         return "eval.json did not measure the other spokes (eval.collateral=false)"
     if "tuned" not in (existing.get("models") or []):
         return "eval.json did not evaluate the tuned model"
+    if any(r.get("group") != "judge" and "method" not in (r.get("gain") or {"method": None})
+           for r in existing.get("rows") or []):
+        return "eval.json predates exact intervals for few items (its gains carry no method)"
     return None
 
 

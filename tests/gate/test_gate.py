@@ -49,6 +49,10 @@ def test_the_gate_reuses_an_eval_that_serves_it_and_reruns_a_stale_one(good_run,
     assert stale(ev, eval_config(compose([*FAST_GATE, "gate.k=4"])), artifact_sha256(run)) \
         == "eval.json has eval.k=1, the gate needs 4"
     assert "other adapter bytes" in stale(ev, need, "0" * 64)
+    old = {**ev, "rows": [{**r, "gain": {"value": r["gain"]["value"], "ci": r["gain"]["ci"]}}
+                          for r in ev["rows"]]}                 # an eval.json from before #37
+    assert stale(old, need, artifact_sha256(run)) == \
+        "eval.json predates exact intervals for few items (its gains carry no method)"
     assert "guard task(s) arc_easy" in stale(ev, eval_config(compose(
         [*FAST_GATE, "gate.guard_tasks=[arc_easy]"])), artifact_sha256(run))
     receipt = gate(run, *FAST_GATE)
