@@ -144,8 +144,9 @@ def build(src: dict, out: Path, ex, types: list[str]) -> dict:
             base_file = p.name
             files.append(_entry(out, p, "base_gguf", ex.base_gguf))
             print(f"  {p.name:<24} {_mib(p)} (base for adapter.gguf)")
+    chat: dict = {}               # the GGUF's chat template and the Modelfile's TEMPLATE
     if ex.modelfile:
-        files += _modelfiles(out, src, types, base_file, adapter_file, notes)
+        files += _modelfiles(out, src, types, base_file, adapter_file, notes, chat)
     manifest = {
         "source_run": str(src["run"]) if src["run"] else None,
         "source_adapter": src.get("adapter_source"), "lane": src["lane"], "base": src["base"],
@@ -154,7 +155,7 @@ def build(src: dict, out: Path, ex, types: list[str]) -> dict:
                   {"r": src["adapter"].r, "alpha": src["adapter"].alpha,
                    "targets": len(src["adapter"].pairs)}},
         "gguf_types": types, "base_gguf": ex.base_gguf if base_file else None,
-        "files": files, "notes": notes, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "chat": chat or None, "files": files, "notes": notes, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "versions": _versions()}
     _write_manifest(out, manifest)
     for n in notes:
@@ -162,10 +163,13 @@ def build(src: dict, out: Path, ex, types: list[str]) -> dict:
     return manifest
 
 
-def _modelfiles(out: Path, src: dict, types, base_file, adapter_file, notes) -> list[dict]:
-    from mens.export.modelfile import modelfile_plan, modelfile_text
+def _modelfiles(out: Path, src: dict, types, base_file, adapter_file, notes,
+                chat: dict) -> list[dict]:
+    from mens.export.modelfile import modelfile_plan, modelfile_text, summary
 
-    notes += modelfile_plan(src["config_dir"])[2]   # e.g. a chat format Ollama cannot express
+    template, _, more = modelfile_plan(src["config_dir"])
+    notes += more                  # e.g. a chat format Ollama cannot express, tools it cannot
+    chat.update(summary(src["config_dir"], template))
     merged = next((f"model-{t}.gguf" for t in types), None)
     pairs = []
     if base_file and adapter_file:

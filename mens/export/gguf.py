@@ -121,7 +121,8 @@ def _model_metadata(w, hf_dir: Path, qtype: str, name: str) -> None:
 
 
 def add_tokenizer(w, hf_dir: Path, n_vocab: int) -> None:
-    """gpt2 BPE tokens/types/merges, special ids and chat template, as convert_hf_to_gguf does."""
+    """gpt2 BPE tokens/types/merges, special ids and chat template, as convert_hf_to_gguf does
+    (the chat template: the tokenizer's own, whole — gguf_chat_template)."""
     import gguf
     from transformers import AutoTokenizer
 
@@ -147,11 +148,23 @@ def add_tokenizer(w, hf_dir: Path, n_vocab: int) -> None:
     w.add_token_list(tokens)
     w.add_token_types(types)
     special = gguf.SpecialVocab(hf_dir, load_merges=True, n_vocab=len(tokens))
+    tok = AutoTokenizer.from_pretrained(str(hf_dir))
     if "bos" not in special.add_special_token:   # add BOS exactly when the HF tokenizer does
-        tok = AutoTokenizer.from_pretrained(str(hf_dir))
         ids = tok("a").input_ids
         special.add_special_token["bos"] = len(ids) > 1 and ids[0] == tok.bos_token_id
+    special.chat_template = gguf_chat_template(tok)
     special.add_to_gguf(w, quiet=True)
+
+
+def gguf_chat_template(tok):
+    """The chat template(s) the GGUF carries: exactly what transformers renders with — the whole
+    template, its tool branches included (llama.cpp's --jinja renders tools with it, Ollama may
+    prefer it), and named ones (a `tool_use` template) as tokenizer.chat_template.<name>. gguf-py
+    alone reads tokenizer_config.json before chat_template.jinja, transformers the other way."""
+    t = tok.chat_template
+    if isinstance(t, dict):
+        return [{"name": n, "template": x} for n, x in t.items()]
+    return t
 
 
 def write_model_gguf(src, hf_dir: Path, out: Path, qtype: str, name: str) -> Path:

@@ -133,6 +133,25 @@ def modelfile_plan(hf_dir: Path | None) -> tuple[str | None, list[str], list[str
                          f"training. Add a TEMPLATE by hand if you serve it with Ollama."]
 
 
+def summary(hf_dir: Path, template: str | None) -> dict:
+    """For export.json: the chat template the GGUF carries (its sha256 and tool syntax) and the
+    Modelfile's TEMPLATE (by name) and whether it renders tools."""
+    import hashlib
+    import json
+
+    from transformers import AutoTokenizer
+
+    from mens.export.gguf import gguf_chat_template
+    from mens.export.ollama_templates import TEMPLATES
+    tok = AutoTokenizer.from_pretrained(str(hf_dir))
+    t = gguf_chat_template(tok)
+    text = t if isinstance(t, str) or t is None else json.dumps(t)
+    return {"chat_template_sha256": hashlib.sha256(text.encode()).hexdigest() if text else None,
+            "tool_syntax": tool_syntax(tok) if t else None,
+            "ollama_template": next((n for n, g in TEMPLATES.items() if g == template), None),
+            "ollama_tools": bool(template and ".Tools" in template)}
+
+
 def _no_tools(hf_dir: Path, syntax: str | None) -> str:
     if syntax is None:
         return (f"Modelfile: {hf_dir.name}'s chat template renders no tools, so TEMPLATE has no "
