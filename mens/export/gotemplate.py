@@ -217,7 +217,10 @@ def render(src: str, data) -> str:
     out: list[str] = []
     scope = _Scope()
     scope.vars["$"] = data
-    _run(nodes, data, scope, defines, out)
+    try:
+        _run(nodes, data, scope, defines, out)
+    except (TypeError, KeyError, IndexError) as e:   # Go fails the execution here too
+        raise GoTemplateError(f"TEMPLATE fails on this data: {type(e).__name__}: {e}") from None
     return "".join(out)
 
 

@@ -94,8 +94,8 @@ def go_json(v) -> str:
     if isinstance(v, list):
         return "[" + ",".join(go_json(x) for x in v) + "]"
     if isinstance(v, GoStruct):
-        if v.json is None:
-            raise GoTemplateError("json of a Go struct without json tags")
+        if v.json is None:             # no json tags: Go's field names, in declaration order
+            return "{" + ",".join(f"{go_json(k)}:{go_json(x)}" for k, x in v.fields.items()) + "}"
         parts = [f"{go_json(k)}:{go_json(v.fields[f])}" for k, f, omit in v.json
                  if not (omit and not truth(v.fields[f]))]
         return "{" + ",".join(parts) + "}"

@@ -110,7 +110,7 @@ def messages_value(messages: list[dict]) -> tuple[str, GoList]:
             "Index": 0, "Name": f["name"], "Arguments": _args(f.get("arguments"))})})
             for i, f in m["ToolCalls"])
         out.append(GoStruct({"Role": m["Role"], "Content": m["Content"], "Thinking": "",
-                             "Images": None, "ToolCalls": calls or None,
+                             "Images": GoList(), "ToolCalls": calls,
                              "ToolName": m["ToolName"], "ToolCallID": m["ToolCallID"]}))
     return system, out
 

@@ -48,7 +48,7 @@ def build(cache: Path | None = None) -> Path:
     if not shutil.which("g++"):
         raise Unavailable("no g++ on this machine")
     src = cache / "src"
-    if not (src / "common" / "chat.cpp").is_file():
+    if not (src / "src" / "llama-ext.h").is_file():
         _fetch(version, cache, src)
     t0 = time.time()
     obj = cache / "obj"
@@ -101,7 +101,8 @@ def _fetch(version: str, cache: Path, src: Path) -> None:
     with tarfile.open(tars[0]) as tf:
         for m in tf.getmembers():
             rel = m.name.split("/vendor/llama.cpp/", 1)
-            if len(rel) == 2 and rel[1].startswith(want) and (m.isfile() or m.isdir()):
+            hdr = rel[-1].startswith("src/") and rel[-1].endswith(".h")   # fit.cpp: llama-ext.h
+            if len(rel) == 2 and (rel[1].startswith(want) or hdr) and (m.isfile() or m.isdir()):
                 m.name = rel[1]
                 tf.extract(m, tmp, filter="data")
     os.replace(tmp, src)
