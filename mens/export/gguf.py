@@ -105,7 +105,25 @@ def preflight(hf_dir: Path) -> list[str]:
     fam = arch.family_of(cfg, hf_dir)
     arch.check_supported(fam, cfg, hf_dir)
     arch.tokenizer_pre(Path(hf_dir))
-    return arch.notes(fam, cfg)
+    return arch.notes(fam, cfg) + template_notes(hf_dir)
+
+
+def template_notes(hf_dir: Path) -> list[str]:
+    """What a server rendering the GGUF's template does differently from training: llama.cpp's
+    server fills Llama 3.1's `date_string` with today's date (common/chat.cpp), where mens's
+    training rendered the template's own default (tests/export/test_gguf_chat_template.py)."""
+    import re
+
+    from transformers import AutoTokenizer
+    t = AutoTokenizer.from_pretrained(str(hf_dir)).chat_template
+    text = t if isinstance(t, str) else "".join((t or {}).values())
+    default = re.search(r'set date_string = "([^"]+)"', text)
+    if not default:
+        return []
+    return [f"chat template: llama.cpp's server (--jinja) sets date_string to today's date, so "
+            f"its prompts say \"Today Date: <today>\" where training saw \"{default.group(1)}\";"
+            f" serve with --chat-template-kwargs '{{\"date_string\": \"{default.group(1)}\"}}' "
+            f"for the framing the model was trained on"]
 
 
 def _model_metadata(w, hf_dir: Path, qtype: str, name: str) -> None:

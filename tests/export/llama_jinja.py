@@ -64,7 +64,7 @@ def build(cache: Path | None = None) -> Path:
     inc = [f"-I{src / d}" for d in ("common", "include", "ggml/include", "vendor")]
 
     def compile_one(u: Path) -> Path:
-        o = obj / (hashlib.sha256(str(u).encode()).hexdigest()[:10] + ".o")
+        o = obj / (hashlib.sha256(str(u).encode() + u.read_bytes()).hexdigest()[:12] + ".o")
         if not o.is_file():
             p = subprocess.run(["g++", "-std=c++17", "-O1", "-c", *inc, str(u), "-o", f"{o}.tmp"],
                                capture_output=True, text=True)

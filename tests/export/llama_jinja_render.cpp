@@ -3,7 +3,8 @@
 // override, as llama-server does), parses the OpenAI request's messages and tools with its own
 // parsers and renders them with common_chat_templates_apply — llama.cpp's C++ jinja engine
 // (common/jinja), its template workarounds and per-format handlers included.
-// usage: render MODEL.gguf < {"messages": [...], "tools": [...], "add_generation_prompt": true}
+// usage: render MODEL.gguf < {"messages": [...], "tools": [...], "add_generation_prompt": true,
+//                             "chat_template_kwargs": {...}}
 #include "chat.h"
 #include "llama.h"
 
@@ -32,6 +33,11 @@ int main(int argc, char ** argv) {
         inputs.messages = common_chat_msgs_parse_oaicompat(body.at("messages"));
         if (body.contains("tools")) {
             inputs.tools = common_chat_tools_parse_oaicompat(body.at("tools"));
+        }
+        if (body.contains("chat_template_kwargs")) {  // as the server takes them per request
+            for (const auto & [key, val] : body.at("chat_template_kwargs").items()) {
+                inputs.chat_template_kwargs[key] = val.dump();
+            }
         }
         inputs.add_generation_prompt = body.value<bool>("add_generation_prompt", true);
         inputs.use_jinja             = true;

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import copy
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -113,6 +114,17 @@ def test_gguf_carries_the_tokenizers_whole_template(ggufs):
                                 "llama": "llama3", "mistral": "mistral"}[name]
 
 
+def test_the_export_notes_llama_servers_date(tmp_path):
+    """The slow test below found it: llama-server dates Llama 3.1 prompts today; say so."""
+    from mens.export.gguf import template_notes
+
+    make_tokenizer("llama", tmp_path / "l", tool_template("llama"))
+    make_tokenizer("qwen3", tmp_path / "q", tool_template("qwen3"))
+    (note,) = template_notes(tmp_path / "l")
+    assert "26 Jul 2024" in note and "--chat-template-kwargs" in note
+    assert template_notes(tmp_path / "q") == []
+
+
 def test_a_named_tool_use_template_goes_in_as_its_own_key(tmp_path):
     import gguf
 
@@ -128,6 +140,28 @@ def test_a_named_tool_use_template_goes_in_as_its_own_key(tmp_path):
                                          "m")).fields
     assert f["tokenizer.chat_template"].contents() == tok.chat_template["default"]
     assert f["tokenizer.chat_template.tool_use"].contents() == tool_template("qwen3")
+
+
+def test_the_gguf_takes_the_template_transformers_uses(tmp_path):
+    """A model dir with both chat_template.jinja and a tokenizer_config.json template: gguf-py
+    alone would take the config's, transformers renders (and mens trains) with the .jinja."""
+    import shutil
+
+    import gguf
+    from transformers import AutoTokenizer
+
+    from mens.export.gguf import write_model_gguf
+    from mens.export.merge import SafetensorsDir
+    from mens.resources import ASSETS
+
+    hf = tmp_path / "tiny"
+    shutil.copytree(ASSETS / "tiny", hf)
+    (hf / "chat_template.jinja").write_text(tool_template("qwen3"))
+    assert gguf.SpecialVocab(hf).chat_template != tool_template("qwen3")     # gguf-py's pick
+    assert AutoTokenizer.from_pretrained(str(hf)).chat_template == tool_template("qwen3")
+    p = write_model_gguf(SafetensorsDir(hf), hf, tmp_path / "m.gguf", "q8_0", "m")
+    assert gguf.GGUFReader(p).fields["tokenizer.chat_template"].contents() == \
+        tool_template("qwen3")
 
 
 def test_llama_cpp_python_renders_the_gguf_template_like_transformers(ggufs):
@@ -174,8 +208,15 @@ def test_llama_server_jinja_path_renders_it_like_transformers(ggufs):
                 continue
             if add_bos:      # llama.cpp leaves BOS to the tokenizer (common_chat_templates_apply)
                 want = want.removeprefix(tok.bos_token)
-            got = render(exe, Path(path), {"messages": wire(msgs), "tools": tools,
-                                           "add_generation_prompt": gen})
-            assert got == want, (name, msgs)
+            request = {"messages": wire(msgs), "tools": tools, "add_generation_prompt": gen}
+            if "date_string" in f["tokenizer.chat_template"].contents():
+                # llama-server sets Llama 3.1's date_string to today ("Today Date: 03 Dec 2026")
+                # where transformers (and mens's training) keep the template's 26 Jul 2024: the
+                # only difference, and a request's chat_template_kwargs undoes it
+                today = render(exe, Path(path), request)
+                assert today != want and today.replace(
+                    time.strftime("Today Date: %d %b %Y"), "Today Date: 26 Jul 2024") == want
+                request["chat_template_kwargs"] = {"date_string": "26 Jul 2024"}
+            assert render(exe, Path(path), request) == want, (name, msgs)
             compared += 1
     assert compared >= 5 * len(CASES) - 2
