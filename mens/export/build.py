@@ -167,9 +167,10 @@ def _modelfiles(out: Path, src: dict, types, base_file, adapter_file, notes,
                 chat: dict) -> list[dict]:
     from mens.export.modelfile import modelfile_plan, modelfile_text, summary
 
-    template, _, more = modelfile_plan(src["config_dir"])
+    tool_format = src.get("tool_format", "native")     # how the run wrote tool calls
+    template, _, more = modelfile_plan(src["config_dir"], tool_format)
     notes += more                  # e.g. a chat format Ollama cannot express, tools it cannot
-    chat.update(summary(src["config_dir"], template))
+    chat.update(summary(src["config_dir"], template, tool_format))
     merged = next((f"model-{t}.gguf" for t in types), None)
     pairs = []
     if base_file and adapter_file:
@@ -181,7 +182,8 @@ def _modelfiles(out: Path, src: dict, types, base_file, adapter_file, notes,
     entries = []
     for fname, frm, adapter in pairs:
         atomic_write(out / fname, modelfile_text(frm, adapter, src.get("ref") or str(src["run"]),
-                                                 hf_dir=src["config_dir"]))
+                                                 hf_dir=src["config_dir"],
+                                                 tool_format=tool_format))
         entries.append(_entry(out, out / fname, "modelfile", None))
         print(f"  {fname:<24} FROM {frm}" + (f" + ADAPTER {adapter}" if adapter else ""))
     return entries
@@ -197,6 +199,7 @@ def _source(run: Path, cfg) -> dict:
     if cfg.rung.path:
         rc.rung.path = cfg.rung.path           # the base's weights live elsewhere on this machine
     lane, notes = rc.lane.method, []
+    tool_format = getattr(rc.data, "tool_format", "native")
     if lane == "full":
         model = RunDir(run).model
         if RunDir(run).artifact != model:
@@ -205,7 +208,8 @@ def _source(run: Path, cfg) -> dict:
                               key="run")
         return {"run": run, "lane": lane, "weights": model, "config_dir": model, "adapter": None,
                 "qlora": None, "notes": ["full lane: the trained weights are the merged model"],
-                "base": _base_identity(rc), "spoke": rc.spoke, "logger": rc.logger}
+                "base": _base_identity(rc), "spoke": rc.spoke, "logger": rc.logger,
+                "tool_format": tool_format}
     adapter_dir = RunDir(run).adapter
     if not adapter_dir.is_dir():
         raise ConfigError(f"{run} has no adapter/ (and no model/): only a finished LoRA, QLoRA or "
@@ -228,7 +232,7 @@ def _source(run: Path, cfg) -> dict:
     adapter = load_adapter(adapter_dir)
     check_adapter(adapter, SafetensorsDir(base))     # before anything is written
     return {"run": run, "lane": lane, "weights": base, "config_dir": base,
-            "adapter": adapter, "qlora": qlora, "notes": notes,
+            "adapter": adapter, "qlora": qlora, "notes": notes, "tool_format": tool_format,
             "base": _base_identity(rc), "spoke": rc.spoke, "logger": rc.logger}
 
 

@@ -100,10 +100,21 @@ def tool_syntax(tok) -> str | None:
     return syntax_of(t) if t else None
 
 
-def modelfile_plan(hf_dir: Path | None) -> tuple[str | None, list[str], list[str]]:
+def hermes_reference(hf_dir: Path):
+    """The chat text a run trained with data.tool_format=hermes saw: mens's own rendering
+    (mens.data.template: schemas in the system turn, <tool_call> blocks, <tool_response> turns),
+    not the tool-less template's; for the tool probes of such a run's TEMPLATE."""
+    from mens.data.template import ChatTemplate
+    ct = ChatTemplate.load(hf_dir, tool_format="hermes")
+    return lambda msgs, tools: ct.prompt_text(msgs, tools=tools)
+
+
+def modelfile_plan(hf_dir: Path | None, tool_format: str = "native"
+                   ) -> tuple[str | None, list[str], list[str]]:
     """(TEMPLATE or None, stop strings, notes) for the model in hf_dir: the first Go template of
     the chat formats (the family's own first) that renders like the tokenizer's chat template —
-    with tools when the chat template renders tools, without `.Tools` when it renders none."""
+    with tools when the chat template renders tools (or the run wrote them as Hermes text,
+    tool_format=hermes), without `.Tools` when it renders none."""
     if hf_dir is None:
         return CHATML_GO, list(STOPS), []
     from transformers import AutoTokenizer
@@ -114,17 +125,21 @@ def modelfile_plan(hf_dir: Path | None) -> tuple[str | None, list[str], list[str
     fam = FAMILIES.get(arch.load_config(hf_dir).get("model_type"))
     own = fam.chat if fam else None        # a family whose format mens has no template for: None
     order = ([own] if own else []) + [f for f in FORMATS if f != own]
-    syntax = tool_syntax(tok) if tok.chat_template else None
+    hermes = tool_format == "hermes" and bool(tok.chat_template)
+    syntax = "hermes" if hermes else tool_syntax(tok) if tok.chat_template else None
+    ref = hermes_reference(hf_dir) if hermes else None
     gos = [(go, FORMATS[f][1]) for f in order for go in FORMATS[f][0]] if tok.chat_template else []
-    if syntax:        # the chat template writes calls: a TEMPLATE must render the tool probes too
+    if syntax:        # the model writes calls: a TEMPLATE must render the tool probes too
         for go, stops in [g for g in gos if ".Tools" in g[0]]:
-            if not template_mismatches(go, tok):
+            if not template_mismatches(go, tok, reference=ref):
+                how = "mens rendered them in training (data.tool_format=hermes)" if hermes \
+                    else "the chat template does"
                 return go, [s for s in stops if s in vocab], [
-                    f"Modelfile: TEMPLATE renders tools and {syntax} tool calls as the chat "
-                    f"template does (probed). {TOOL_NOTE}"]
+                    f"Modelfile: TEMPLATE renders tools and {syntax} tool calls as {how} "
+                    f"(probed). {TOOL_NOTE}"]
     for go, stops in [g for g in gos if ".Tools" not in g[0]]:
         if not template_mismatches(go, tok, tools=False):
-            return go, [s for s in stops if s in vocab], [_no_tools(hf_dir, syntax)]
+            return go, [s for s in stops if s in vocab], [_no_tools(hf_dir, syntax, hermes)]
     stops = [s for s in (tok.eos_token,) if s]
     why = "it has no chat template" if not tok.chat_template else \
         f"its chat template renders like none of mens's Go templates ({', '.join(FORMATS)})"
@@ -133,7 +148,7 @@ def modelfile_plan(hf_dir: Path | None) -> tuple[str | None, list[str], list[str
                          f"training. Add a TEMPLATE by hand if you serve it with Ollama."]
 
 
-def summary(hf_dir: Path, template: str | None) -> dict:
+def summary(hf_dir: Path, template: str | None, tool_format: str = "native") -> dict:
     """For export.json: the chat template the GGUF carries (its sha256 and tool syntax) and the
     Modelfile's TEMPLATE (by name) and whether it renders tools."""
     import hashlib
@@ -147,12 +162,18 @@ def summary(hf_dir: Path, template: str | None) -> dict:
     t = gguf_chat_template(tok)
     text = t if isinstance(t, str) or t is None else json.dumps(t)
     return {"chat_template_sha256": hashlib.sha256(text.encode()).hexdigest() if text else None,
-            "tool_syntax": tool_syntax(tok) if t else None,
+            "tool_syntax": tool_syntax(tok) if t else None, "trained_tool_format": tool_format,
             "ollama_template": next((n for n, g in TEMPLATES.items() if g == template), None),
             "ollama_tools": bool(template and ".Tools" in template)}
 
 
-def _no_tools(hf_dir: Path, syntax: str | None) -> str:
+def _no_tools(hf_dir: Path, syntax: str | None, hermes: bool = False) -> str:
+    if hermes:
+        return (f"Modelfile: TOOLS NOT RENDERED: the run wrote tool calls as Hermes text "
+                f"(data.tool_format=hermes) into {hf_dir.name}'s tool-less chat format, and no Go "
+                f"template of mens renders that format with Hermes tools, so TEMPLATE has no "
+                f".Tools and Ollama refuses requests with tools; llama.cpp's --jinja renders "
+                f"the GGUF's tool-less template, so tools reach it only through `mens serve`.")
     if syntax is None:
         return (f"Modelfile: {hf_dir.name}'s chat template renders no tools, so TEMPLATE has no "
                 f".Tools and Ollama refuses requests with tools for it (\"does not support "
@@ -165,9 +186,9 @@ def _no_tools(hf_dir: Path, syntax: str | None) -> str:
 
 
 def modelfile_text(from_file: str, adapter_file: str | None, source: str,
-                   hf_dir: Path | None = None) -> str:
+                   hf_dir: Path | None = None, tool_format: str = "native") -> str:
     """The Modelfile; `hf_dir` (the base model dir) picks the chat format (ChatML without it)."""
-    template, stops, notes = modelfile_plan(Path(hf_dir) if hf_dir else None)
+    template, stops, notes = modelfile_plan(Path(hf_dir) if hf_dir else None, tool_format)
     lines = [f"# Ollama Modelfile written by `python -m mens.export` for {source}.",
              "# Create the model: ollama create <name> -f Modelfile   (run in this directory)"]
     lines += [f"# NOTE: {n}" for n in notes]
@@ -203,21 +224,24 @@ def render_go(template: str, messages: list[dict], tools: list[dict] | None = No
     return render(template, ollama.values(messages, tools))
 
 
-def template_mismatches(template: str, tokenizer, tools: bool | None = None) -> list[str]:
+def template_mismatches(template: str, tokenizer, tools: bool | None = None,
+                        reference=None) -> list[str]:
     """Probe conversations where TEMPLATE and the tokenizer's chat template render differently
     (a probe the chat template itself refuses, e.g. a system turn, is skipped). tools: the tool
     probes only (True), the plain ones only (False), or both when the chat template renders
-    tools (None). A TEMPLATE the checker cannot read is one mismatch naming the construct."""
+    tools (None). A TEMPLATE the checker cannot read is one mismatch naming the construct.
+    reference(messages, tools): the text to match for the tool probes, when not the chat
+    template's (hermes_reference)."""
     bad = []
     bos = getattr(tokenizer, "bos_token", None)
     if tools is None:
-        tools = None if tool_syntax(tokenizer) else False
+        tools = None if reference or tool_syntax(tokenizer) else False
     probes = ([] if tools else [(m, None) for m in PROBES]) + \
         (TOOL_PROBES if tools in (True, None) else [])
     for msgs, tl in probes:
         try:
-            want = tokenizer.apply_chat_template(msgs, tools=tl, tokenize=False,
-                                                 add_generation_prompt=True)
+            want = reference(msgs, tl) if reference and tl else tokenizer.apply_chat_template(
+                msgs, tools=tl, tokenize=False, add_generation_prompt=True)
         except Exception:     # noqa: BLE001 — jinja's raise_exception: a format without it
             continue
         if bos and want.startswith(bos):
@@ -232,7 +256,7 @@ def template_mismatches(template: str, tokenizer, tools: bool | None = None) -> 
     return bad
 
 
-def check_modelfile(path: Path, tokenizer) -> dict:
+def check_modelfile(path: Path, tokenizer, reference=None) -> dict:
     """Parse a written Modelfile back and check it: files exist, TEMPLATE renders like the chat
     template (the tool probes too when it has `.Tools` and the chat template renders tools), the
     stop tokens are the tokenizer's end tokens."""
@@ -245,6 +269,7 @@ def check_modelfile(path: Path, tokenizer) -> dict:
             "template": template is not None,
             "tools": bool(template and ".Tools" in template),
             "template_mismatches": template_mismatches(
-                template, tokenizer, tools=None if ".Tools" in template else False)
+                template, tokenizer, tools=None if ".Tools" in template else False,
+                reference=reference)
             if template else [],
             "stops": stops, "stops_are_tokens": all(s in tokenizer.get_vocab() for s in stops)}

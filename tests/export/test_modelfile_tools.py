@@ -155,3 +155,26 @@ def test_tools_no_go_template_renders_fall_back_to_a_plain_template_loudly(tmp_p
     template, _, notes = modelfile_plan(hf)
     assert template == TEMPLATES["chatml"]
     assert "TOOLS NOT RENDERED" in notes[0] and "hermes" in notes[0]
+
+
+@pytest.mark.parametrize("family,fixture,want", [("qwen3", None, "qwen3"),
+                                                 ("gemma2", "gemma2.jinja", "gemma")])
+def test_a_run_trained_with_hermes_tools_gets_them_where_a_template_can(family, fixture, want,
+                                                                       tmp_path):
+    """data.tool_format=hermes on a tool-less template: the reference is what mens trained on
+    (mens.data's Hermes rendering); plain ChatML + Hermes is exactly Qwen3's layout, Gemma has
+    no Go template with tools: a plain one and TOOLS NOT RENDERED."""
+    from mens.export.modelfile import hermes_reference
+
+    hf, tok = model_dir(tmp_path, family, (FIX / fixture).read_text() if fixture else None)
+    template, _, notes = modelfile_plan(hf, tool_format="hermes")
+    assert template == TEMPLATES[want] and len(notes) == 1
+    if want == "qwen3":
+        assert "data.tool_format=hermes" in notes[0] and "renders tools" in notes[0]
+        ref = hermes_reference(hf)
+        for msgs, tools in TOOL_PROBES:
+            assert render_go(template, msgs, tools) == ref(msgs, tools)
+        assert template_mismatches(template, tok, tools=True)   # the raw template drops tools
+        assert not template_mismatches(template, tok, reference=ref)
+    else:
+        assert "TOOLS NOT RENDERED" in notes[0] and "tool_format=hermes" in notes[0]
