@@ -155,7 +155,8 @@ def build(src: dict, out: Path, ex, types: list[str]) -> dict:
                   {"r": src["adapter"].r, "alpha": src["adapter"].alpha,
                    "targets": len(src["adapter"].pairs)}},
         "gguf_types": types, "base_gguf": ex.base_gguf if base_file else None,
-        "chat": chat or None, "files": files, "notes": notes, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "chat": chat or None, "files": files, "notes": notes,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "versions": _versions()}
     _write_manifest(out, manifest)
     for n in notes:

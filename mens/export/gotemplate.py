@@ -11,7 +11,9 @@ with a String() method prints through it. Supported: text, `if`/`else if`/`else`
 bool literals, and the functions and/or/not/eq/ne/lt/le/gt/ge/len/index/slice plus Ollama's
 `json`. Anything else — `with`, pipes `|`, comments, `printf`, `break`, an unknown function or
 field — raises GoTemplateError: a TEMPLATE the checker cannot read fails the check, it never
-passes unread. tests/export/test_modelfile_tools.py pins the rules.
+passes unread. tests/export/test_modelfile_tools.py pins the rules, and
+tests/export/test_gotemplate_go.py renders every TEMPLATE and probe with Go's own text/template
+(where a Go toolchain is installed) and requires the same bytes.
 """
 from __future__ import annotations
 

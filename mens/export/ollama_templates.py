@@ -25,8 +25,8 @@ PYJSON = (
     '{{- define "pyjson" }}{{ $j := json . }}{{ $c := slice $j 0 1 }}'
     '{{ if eq $c "{" }}{ {{- $s := "" }}{{ range $k, $v := . }}{{ $s }}{{ json $k }}: '
     '{{ template "pyjson" $v }}{{ $s = ", " }}{{ end }}}'
-    '{{ else if eq $c "[" }}[{{ range $i, $v := . }}{{ if $i }}, {{ end }}{{ template "pyjson" $v }}'
-    '{{ end }}]{{ else }}{{ $j }}{{ end }}{{ end }}')
+    '{{ else if eq $c "[" }}[{{ range $i, $v := . }}{{ if $i }}, {{ end }}'
+    '{{ template "pyjson" $v }}{{ end }}]{{ else }}{{ $j }}{{ end }}{{ end }}')
 # a tool's "parameters" as tojson writes an OpenAI schema {type, properties, required}
 PARAMS = (
     '{{- define "params" }}{"type": {{ json .Type }}, "properties": { {{- $s := "" }}'
@@ -119,10 +119,11 @@ LLAMA31_GO = (
     '{{ if $sys }}{{ (index .Messages 0).Content }}{{ end }}<|eot_id|>'
     '{{- $first := 0 }}{{ if $sys }}{{ $first = 1 }}{{ end }}'
     '{{- range $i, $m := .Messages }}{{ if and $sys (eq $i 0) }}'
-    '{{ else if and $.Tools (eq $i $first) }}<|start_header_id|>user<|end_header_id|>\n\nGiven the following '
-    'functions, please respond with a JSON for a function call with its proper arguments that '
-    'best answers the given prompt.\n\nRespond in the format {"name": function name, '
-    '"parameters": dictionary of argument name and its value}.Do not use variables.\n\n'
+    '{{ else if and $.Tools (eq $i $first) }}<|start_header_id|>user<|end_header_id|>\n\n'
+    'Given the following functions, please respond with a JSON for a function call with its '
+    'proper arguments that best answers the given prompt.\n\nRespond in the format '
+    '{"name": function name, "parameters": dictionary of argument name and its value}.'
+    'Do not use variables.\n\n'
     '{{ range $.Tools }}{{ template "schema4" . }}\n\n{{ end }}{{ .Content }}<|eot_id|>'
     '{{ else if .ToolCalls }}<|start_header_id|>assistant<|end_header_id|>\n\n'
     '{{ range .ToolCalls }}{"name": "{{ .Function.Name }}", "parameters": '
@@ -169,7 +170,8 @@ TEMPLATES = {"chatml": CHATML_GO, "chatml-tools": CHATML_TOOLS_GO, "qwen3": QWEN
              "qwen2.5": QWEN25_GO, "llama3": LLAMA3_GO, "llama3.1": LLAMA31_GO, "gemma": GEMMA_GO,
              "mistral": MISTRAL_GO, "mistral-v0.3": MISTRAL_V3_GO}
 # chat format -> (its TEMPLATEs by name, tried in order; the format's stop strings)
-FORMATS = {"chatml": (("chatml", "chatml-tools", "qwen3", "qwen2.5"), ("<|im_end|>", "<|endoftext|>")),
+FORMATS = {"chatml": (("chatml", "chatml-tools", "qwen3", "qwen2.5"),
+                      ("<|im_end|>", "<|endoftext|>")),
            "llama3": (("llama3", "llama3.1"), ("<|eot_id|>", "<|eom_id|>", "<|end_of_text|>")),
            "gemma": (("gemma",), ("<end_of_turn>",)),
            "mistral": (("mistral", "mistral-v0.3"), ("</s>",))}

@@ -28,7 +28,8 @@ STRESS = [
     ([{"role": "system", "content": "a & b <c>"}, {"role": "user", "content": "naïve → 日本"},
       {"role": "user", "content": "twice"},
       {"role": "assistant", "content": None, "tool_calls": [{
-          "id": "call00001", "type": "function", "function": {"name": "search", "arguments": json.dumps(
+          "id": "call00001", "type": "function", "function": {
+              "name": "search", "arguments": json.dumps(
               {"query": "x <y> & \"z\"\n", "limit": 2.5, "n": 10, "tiny": 1e-7, "big": 1e21,
                "tags": ["a", {"k": [True, None]}], "empty": {}})}}]},
       {"role": "tool", "tool_call_id": "call00001", "content": "é\tok"}], TOOLS),
