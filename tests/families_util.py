@@ -63,11 +63,21 @@ FAMILIES = {
               "<|endoftext|>", CHATML, False),
 }
 TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+# family: its real instruct chat template with tools (tests/data/fixtures/templates, provenance
+# in its README), for the tool-call tests; make_tokenizer(..., chat_template=tool_template(f))
+TOOL_TEMPLATES = {"qwen3": "qwen3.jinja", "qwen2": "qwen2_5.jinja", "llama": "llama3_3.jinja",
+                  "mistral": "mistral.jinja"}
+
+
+def tool_template(family: str) -> str:
+    return (Path(__file__).parent / "data" / "fixtures" / "templates" /
+            TOOL_TEMPLATES[family]).read_text()
 
 
 
-def make_tokenizer(family: str, out: Path):
-    """mens's tiny byte-level BPE with the family's specials (ids 4093+), regex, BOS, template."""
+def make_tokenizer(family: str, out: Path, chat_template: str | None = None):
+    """mens's tiny byte-level BPE with the family's specials (ids 4093+), regex, BOS, template
+    (the family's simple one, or `chat_template`)."""
     from tokenizers import Tokenizer
     from transformers import PreTrainedTokenizerFast
 
@@ -95,7 +105,8 @@ def make_tokenizer(family: str, out: Path):
                                      "tokens": [bos]}}}
     tok = PreTrainedTokenizerFast(tokenizer_object=Tokenizer.from_str(json.dumps(tj)),
                                   bos_token=bos, eos_token=eos, pad_token=pad,
-                                  chat_template=template, clean_up_tokenization_spaces=False)
+                                  chat_template=chat_template or template,
+                                  clean_up_tokenization_spaces=False)
     tok.save_pretrained(str(out))
     return tok
 

@@ -144,8 +144,9 @@ def build(src: dict, out: Path, ex, types: list[str]) -> dict:
             base_file = p.name
             files.append(_entry(out, p, "base_gguf", ex.base_gguf))
             print(f"  {p.name:<24} {_mib(p)} (base for adapter.gguf)")
+    chat: dict = {}               # the GGUF's chat template and the Modelfile's TEMPLATE
     if ex.modelfile:
-        files += _modelfiles(out, src, types, base_file, adapter_file, notes)
+        files += _modelfiles(out, src, types, base_file, adapter_file, notes, chat)
     manifest = {
         "source_run": str(src["run"]) if src["run"] else None,
         "source_adapter": src.get("adapter_source"), "lane": src["lane"], "base": src["base"],
@@ -154,7 +155,8 @@ def build(src: dict, out: Path, ex, types: list[str]) -> dict:
                   {"r": src["adapter"].r, "alpha": src["adapter"].alpha,
                    "targets": len(src["adapter"].pairs)}},
         "gguf_types": types, "base_gguf": ex.base_gguf if base_file else None,
-        "files": files, "notes": notes, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "chat": chat or None, "files": files, "notes": notes,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "versions": _versions()}
     _write_manifest(out, manifest)
     for n in notes:
@@ -162,10 +164,14 @@ def build(src: dict, out: Path, ex, types: list[str]) -> dict:
     return manifest
 
 
-def _modelfiles(out: Path, src: dict, types, base_file, adapter_file, notes) -> list[dict]:
-    from mens.export.modelfile import modelfile_plan, modelfile_text
+def _modelfiles(out: Path, src: dict, types, base_file, adapter_file, notes,
+                chat: dict) -> list[dict]:
+    from mens.export.modelfile import modelfile_plan, modelfile_text, summary
 
-    notes += modelfile_plan(src["config_dir"])[2]   # e.g. a chat format Ollama cannot express
+    tool_format = src.get("tool_format", "native")     # how the run wrote tool calls
+    template, _, more = modelfile_plan(src["config_dir"], tool_format)
+    notes += more                  # e.g. a chat format Ollama cannot express, tools it cannot
+    chat.update(summary(src["config_dir"], template, tool_format))
     merged = next((f"model-{t}.gguf" for t in types), None)
     pairs = []
     if base_file and adapter_file:
@@ -177,7 +183,8 @@ def _modelfiles(out: Path, src: dict, types, base_file, adapter_file, notes) -> 
     entries = []
     for fname, frm, adapter in pairs:
         atomic_write(out / fname, modelfile_text(frm, adapter, src.get("ref") or str(src["run"]),
-                                                 hf_dir=src["config_dir"]))
+                                                 hf_dir=src["config_dir"],
+                                                 tool_format=tool_format))
         entries.append(_entry(out, out / fname, "modelfile", None))
         print(f"  {fname:<24} FROM {frm}" + (f" + ADAPTER {adapter}" if adapter else ""))
     return entries
@@ -193,6 +200,7 @@ def _source(run: Path, cfg) -> dict:
     if cfg.rung.path:
         rc.rung.path = cfg.rung.path           # the base's weights live elsewhere on this machine
     lane, notes = rc.lane.method, []
+    tool_format = getattr(rc.data, "tool_format", "native")
     if lane == "full":
         model = RunDir(run).model
         if RunDir(run).artifact != model:
@@ -201,7 +209,8 @@ def _source(run: Path, cfg) -> dict:
                               key="run")
         return {"run": run, "lane": lane, "weights": model, "config_dir": model, "adapter": None,
                 "qlora": None, "notes": ["full lane: the trained weights are the merged model"],
-                "base": _base_identity(rc), "spoke": rc.spoke, "logger": rc.logger}
+                "base": _base_identity(rc), "spoke": rc.spoke, "logger": rc.logger,
+                "tool_format": tool_format}
     adapter_dir = RunDir(run).adapter
     if not adapter_dir.is_dir():
         raise ConfigError(f"{run} has no adapter/ (and no model/): only a finished LoRA, QLoRA or "
@@ -224,7 +233,7 @@ def _source(run: Path, cfg) -> dict:
     adapter = load_adapter(adapter_dir)
     check_adapter(adapter, SafetensorsDir(base))     # before anything is written
     return {"run": run, "lane": lane, "weights": base, "config_dir": base,
-            "adapter": adapter, "qlora": qlora, "notes": notes,
+            "adapter": adapter, "qlora": qlora, "notes": notes, "tool_format": tool_format,
             "base": _base_identity(rc), "spoke": rc.spoke, "logger": rc.logger}
 
 

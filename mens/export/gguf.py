@@ -105,7 +105,25 @@ def preflight(hf_dir: Path) -> list[str]:
     fam = arch.family_of(cfg, hf_dir)
     arch.check_supported(fam, cfg, hf_dir)
     arch.tokenizer_pre(Path(hf_dir))
-    return arch.notes(fam, cfg)
+    return arch.notes(fam, cfg) + template_notes(hf_dir)
+
+
+def template_notes(hf_dir: Path) -> list[str]:
+    """What a server rendering the GGUF's template does differently from training: llama.cpp's
+    server fills Llama 3.1's `date_string` with today's date (common/chat.cpp), where mens's
+    training rendered the template's own default (tests/export/test_gguf_chat_template.py)."""
+    import re
+
+    from transformers import AutoTokenizer
+    t = AutoTokenizer.from_pretrained(str(hf_dir)).chat_template
+    text = t if isinstance(t, str) else "".join((t or {}).values())
+    default = re.search(r'set date_string = "([^"]+)"', text)
+    if not default:
+        return []
+    return [f"chat template: llama.cpp's server (--jinja) sets date_string to today's date, so "
+            f"its prompts say \"Today Date: <today>\" where training saw \"{default.group(1)}\";"
+            f" serve with --chat-template-kwargs '{{\"date_string\": \"{default.group(1)}\"}}' "
+            f"for the framing the model was trained on"]
 
 
 def _model_metadata(w, hf_dir: Path, qtype: str, name: str) -> None:
@@ -121,7 +139,8 @@ def _model_metadata(w, hf_dir: Path, qtype: str, name: str) -> None:
 
 
 def add_tokenizer(w, hf_dir: Path, n_vocab: int) -> None:
-    """gpt2 BPE tokens/types/merges, special ids and chat template, as convert_hf_to_gguf does."""
+    """gpt2 BPE tokens/types/merges, special ids and chat template, as convert_hf_to_gguf does
+    (the chat template: the tokenizer's own, whole — gguf_chat_template)."""
     import gguf
     from transformers import AutoTokenizer
 
@@ -147,11 +166,23 @@ def add_tokenizer(w, hf_dir: Path, n_vocab: int) -> None:
     w.add_token_list(tokens)
     w.add_token_types(types)
     special = gguf.SpecialVocab(hf_dir, load_merges=True, n_vocab=len(tokens))
+    tok = AutoTokenizer.from_pretrained(str(hf_dir))
     if "bos" not in special.add_special_token:   # add BOS exactly when the HF tokenizer does
-        tok = AutoTokenizer.from_pretrained(str(hf_dir))
         ids = tok("a").input_ids
         special.add_special_token["bos"] = len(ids) > 1 and ids[0] == tok.bos_token_id
+    special.chat_template = gguf_chat_template(tok)
     special.add_to_gguf(w, quiet=True)
+
+
+def gguf_chat_template(tok):
+    """The chat template(s) the GGUF carries: exactly what transformers renders with — the whole
+    template, its tool branches included (llama.cpp's --jinja renders tools with it, Ollama may
+    prefer it), and named ones (a `tool_use` template) as tokenizer.chat_template.<name>. gguf-py
+    alone reads tokenizer_config.json before chat_template.jinja, transformers the other way."""
+    t = tok.chat_template
+    if isinstance(t, dict):
+        return [{"name": n, "template": x} for n, x in t.items()]
+    return t
 
 
 def write_model_gguf(src, hf_dir: Path, out: Path, qtype: str, name: str) -> Path:

@@ -201,8 +201,10 @@ def verify_export(out: Path, manifest: dict, src: dict) -> dict:
                 a["against"] = "transformers fp32 on the merged weights (reported, not required)"
         if src["adapter"] is not None:
             _adapter_checks(res, out, manifest, src, ps, ref, Path(tmp))
+    from mens.export.modelfile import hermes_reference
+    ref = hermes_reference(config_dir) if src.get("tool_format") == "hermes" else None
     for f in [p for p, e in files.items() if e["kind"] == "modelfile"]:
-        m = check_modelfile(out / f, tok)
+        m = check_modelfile(out / f, tok, reference=ref)
         res.setdefault("modelfile", {})[f] = m
         if m["missing_files"] or m["template_mismatches"] or not m["stops_are_tokens"]:
             fail(f"{f}: {m}")

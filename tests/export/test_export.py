@@ -118,7 +118,10 @@ def test_gguf_metadata_tensors_and_types(exported):
     assert len(f["tokenizer.ggml.merges"]) == 3837
     assert (f["tokenizer.ggml.eos_token_id"], f["tokenizer.ggml.padding_token_id"]) == (4095, 4093)
     assert f["tokenizer.ggml.add_bos_token"] is False
-    assert f["tokenizer.chat_template"].startswith("{%- for message in messages %}")
+    from transformers import AutoTokenizer    # the tokenizer's whole template, tools included
+    assert f["tokenizer.chat_template"] == \
+        AutoTokenizer.from_pretrained(str(exported["out"] / "merged")).chat_template
+    assert "<tool_call>" in f["tokenizer.chat_template"]
     names = {t.name: t.tensor_type.name for t in r.tensors}
     assert len(names) == 2 + 4 * 11 and "output.weight" not in names     # tied: no output tensor
     assert names["blk.3.attn_q_norm.weight"] == "F32" and names["blk.0.ffn_down.weight"] == "Q8_0"
@@ -172,6 +175,11 @@ def test_modelfile_parses_back_and_its_template_is_the_chat_template(exported):
         assert not c["missing_files"] and not c["template_mismatches"] and c["stops_are_tokens"]
     assert parse_modelfile((out / "Modelfile.merged").read_text())["FROM"] == ["./model-f32.gguf"]
     assert "ollama create" in (out / "Modelfile").read_text()
+    # the tiny rung's template writes Hermes calls: the TEMPLATE renders them (tool probes pass)
+    m = exported["manifest"]
+    assert m["chat"]["tool_syntax"] == "hermes" and m["chat"]["ollama_template"] == "chatml-tools"
+    assert m["chat"]["ollama_tools"] and c["tools"]
+    assert any("renders tools and hermes tool calls" in n for n in m["notes"])
 
 
 @needs_llama

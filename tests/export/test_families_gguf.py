@@ -260,5 +260,7 @@ def test_go_template_translation_renders_branches_and_index():
                                          "<start_of_turn>user\nV<end_of_turn>\n"
                                          "<start_of_turn>model\n")
     assert render_go(MISTRAL_GO, msgs[1:]) == "[INST] U[/INST]A</s>[INST] V[/INST]"
-    with pytest.raises(ValueError, match="Go construct"):
+    with pytest.raises(ValueError, match="mens does not model"):     # Go prints %v of a slice
         render_go("{{ range .Messages }}{{ .Images }}{{ end }}", msgs)
+    with pytest.raises(ValueError, match="Go construct"):
+        render_go("{{ range .Messages }}{{ .Images | len }}{{ end }}", msgs)
