@@ -62,7 +62,13 @@ def messages(req: ChatRequest, system_prompt: str | None = None) -> list[dict]:
     for i, m in enumerate(req.messages):
         key = f"messages[{i}]"
         role = "system" if m.role == "developer" else m.role
-        given = {"tool_calls": [c.model_dump(exclude_none=True) for c in m.tool_calls or []]}
+        for j, c in enumerate(m.tool_calls or []):
+            if c.index is not None and c.index != j:
+                raise ChatError(f"{key}.tool_calls[{j}].index is {c.index}: a streamed call's "
+                                f"index is its place in the list ({j}).",
+                                f"{key}.tool_calls[{j}].index")
+        given = {"tool_calls": [c.model_dump(exclude_none=True, exclude={"index"})
+                                for c in m.tool_calls or []]}
         try:
             calls = T.message_calls(given, key, role, False, None)
         except T.ToolError as e:
@@ -160,7 +166,11 @@ def opening(slots, msgs: list[dict], tools, text: str, ids: list[int],
         _say(why or "the rendered call does not continue the prompt")
         return []
     backend = getattr(slots.request_tokenizer, "backend_tokenizer", slots.request_tokenizer)
-    enc = backend.encode(full, add_special_tokens=False)
+    try:
+        enc = backend.encode(full, add_special_tokens=False)
+    except Exception as e:   # noqa: BLE001 - e.g. a lone surrogate in the function's name
+        _say(f"the rendered call cannot be tokenized ({e})")
+        return []
     if list(enc.ids[:len(ids)]) != ids:
         _say("the prompt's last token merges with the call's opening")
         return []

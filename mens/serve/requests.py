@@ -47,6 +47,9 @@ class ToolCall(Body):
     id: Optional[StrictStr] = None
     type: Literal["function"] = "function"
     function: Function
+    # its place in a streamed answer: the openai client keeps it on the message it accumulates
+    # (and sends back); mens.serve.chat checks it is the call's place in the list
+    index: Optional[StrictInt] = None
 
 
 class Message(Body):

@@ -79,7 +79,10 @@ class Reader:
 
     def read(self, text: str, finish_reason: str) -> tuple[str | None, list[dict], str]:
         """(content, OpenAI tool calls, finish_reason) of an answer."""
-        p = TS.parse(text, self.syntax)
+        try:
+            p = TS.parse(text, self.syntax)
+        except (RecursionError, ValueError) as e:   # JSON nested past Python's limit
+            p = TS.Parsed(text, [], f"{type(e).__name__}: {e}")
         calls = p.calls
         if p.malformed:
             self.counts.add("malformed")

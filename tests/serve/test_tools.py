@@ -261,6 +261,12 @@ def test_the_official_client_gets_tool_calls_streamed_or_not(client, tool_run):
     (acc,) = final.choices[0].message.tool_calls
     _check_call(acc)
     assert acc.function.arguments == call.function.arguments
+    # an agent loop sends the client's own message objects back, each with the tool's result
+    # (the accumulated one carries the stream's `index`): both are served
+    for held in (r.choices[0].message, final.choices[0].message):
+        result = {"role": "tool", "tool_call_id": held.tool_calls[0].id, "content": "clear"}
+        more = client.chat.completions.create(**{**kw, "messages": [*ASK, held, result]})
+        assert more.choices[0].finish_reason in ("tool_calls", "stop", "length")
 
 
 def test_a_malformed_call_from_the_model_is_content_with_200(client, served):
