@@ -88,7 +88,7 @@ def messages(req: ChatRequest, system_prompt: str | None = None) -> list[dict]:
     except T.ToolError as e:
         raise ChatError(f"{e.why}.", e.key) from None
     if system_prompt and not any(m["role"] == "system" for m in out):
-        # the spoke's one system prompt (synthesis and training used it): the slot's default
+        # what training added where a record had no system turn: the slot's default (slots.py)
         out.insert(0, {"role": "system", "content": system_prompt})
     return out
 
@@ -120,10 +120,11 @@ def build(slots, slot, req: ChatRequest, counts: Counts) -> Prompt:
                             "data.tool_format=hermes).", "tools")
         syntax = slots.chat.tool_syntax
         if syntax is None:
+            why = "writes tool calls in no syntax mens can read back (hermes, llama3, mistral)" \
+                if slots.chat.template.renders_tools() else "cannot render tools"
             raise ChatError(f"tools: the served model's chat template ({slots.chat.origin}) "
-                            "writes tool calls in no syntax mens can read back (hermes, llama3, "
-                            "mistral), so no call could be answered; train the run with "
-                            "data.tool_format=hermes.", "tools")
+                            f"{why}, so no call could be answered; train the run with "
+                            "data.tool_format=hermes (its spec.yaml tells the server).", "tools")
         reader = Reader(syntax, counts, choice == "required", name, req.parallel_tool_calls)
     try:
         text = slots.prompt_text(msgs, shown)

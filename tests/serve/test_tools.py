@@ -189,12 +189,19 @@ def test_a_template_without_tools_is_a_400_unless_the_run_used_hermes(bare):
     _use(bare, "plain-chatml")
     with pytest.raises(chat.ChatError) as e:
         chat.build(bare, bare.slots["base"], _request(), Counts())
-    assert e.value.param == "tools" and "data.tool_format=hermes" in e.value.message
+    assert e.value.param == "tools" and "cannot render tools" in e.value.message
+    assert "data.tool_format=hermes" in e.value.message
     _use(bare, "plain-chatml", "hermes")   # what a run trained with data.tool_format=hermes reads
     p = chat.build(bare, bare.slots["base"], _request(), Counts())
     assert p.reader.syntax == "hermes"
     assert "<tools>" in bare.tokenizer.decode(p.ids) and '"get_weather"' in \
         bare.tokenizer.decode(p.ids)
+    bare.chat = None   # a base with no chat template at all (served as plain ChatML)
+    for req, param in ((_request(), "tools"), (_request(tools=None, messages=CONVERSATION),
+                                                "messages")):
+        with pytest.raises(chat.ChatError) as e:
+            chat.build(bare, bare.slots["base"], req, Counts())
+        assert e.value.param == param and "no chat template" in e.value.message
 
 
 # --- the real model, served -----------------------------------------------------------------
