@@ -114,3 +114,46 @@ def serving(app):
         server.should_exit = True
         thread.join(30)
         sock.close()
+
+
+# --- a tiny model that calls a tool (issue #38) -----------------------------------------------
+WEATHER = {"type": "function", "function": {
+    "name": "get_weather", "description": "The current weather of a city",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
+                   "required": ["city"], "additionalProperties": False}}}
+CITIES = ["Paris", "Berlin", "Tokyo", "Lima", "Oslo", "Rome", "Cairo", "Delhi", "Quito", "Seoul",
+          "Dublin", "Madrid", "Vienna", "Prague", "Lisbon", "Athens", "Warsaw", "Nairobi",
+          "Havana", "Bogota", "Hanoi", "Manila"]
+
+
+def weather_records() -> list[dict]:
+    """One OpenAI-format record per city: a question, then a call whose arguments are a JSON
+    string and whose content is null (as an agent framework logs them)."""
+    return [{"tools": [WEATHER], "messages": [
+        {"role": "user", "content": f"What is the weather in {c}?"},
+        {"role": "assistant", "content": None, "tool_calls": [{
+            "id": f"call_{i}", "type": "function",
+            "function": {"name": "get_weather", "arguments": json.dumps({"city": c})}}]}]}
+        for i, c in enumerate(CITIES)]
+
+
+def train_tool_run(out: Path, epochs: int = 5, lr: str = "1e-2") -> Path:
+    """A real tiny LoRA run on weather_records() (data=file): 5 epochs of 6 steps at lr 1e-2
+    make greedy decoding write a <tool_call> block that parses for unseen cities too (measured;
+    3 epochs did not: the argument ran on). The city is not copied yet: the arguments are
+    schema-valid, not right — exactness is mens eval's to measure."""
+    from train_util import FAST_TRAIN
+
+    from mens.config.compose import compose
+    from mens.plan.output import plan_run
+    from mens.train.run import train_run
+
+    out.mkdir(parents=True, exist_ok=True)
+    data = out / "weather.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in weather_records()))
+    cfg = compose([*FAST_TRAIN, "data=file", f"data.path={data}", "data.collateral=none",
+                   f"curriculum.epochs={epochs}", f"curriculum.caps=[{','.join(['10'] * epochs)}]",
+                   f"lane.optimizer.lr={lr}"])
+    spec, plan = plan_run(cfg, out / "run", "train")
+    train_run(spec, plan, out / "run")
+    return out / "run"

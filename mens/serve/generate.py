@@ -21,6 +21,9 @@ class GenRequest:
     top_p: float = 1.0
     seed: int | None = None
     stop: tuple[str, ...] = ()
+    # the last `forced` prompt ids open the answer (a tool call's opening that tool_choice
+    # required, mens.serve.chat): fed as input, yet part of the answer's text
+    forced: int = 0
 
 
 @dataclass
@@ -44,10 +47,10 @@ class Decoder(BaseStreamer, StoppingCriteria):
     """
 
     def __init__(self, tokenizer, stop: tuple[str, ...], on_text: Callable[[str], None] | None,
-                 cancelled: Callable[[], bool] | None):
+                 cancelled: Callable[[], bool] | None, prefix: tuple[int, ...] = ()):
         self.tok, self.stop, self.on_text = tokenizer, stop, on_text
         self.cancelled = cancelled or (lambda: False)
-        self.ids: list[int] = []
+        self.ids: list[int] = list(prefix)   # the answer's forced opening, then what is generated
         self.sent = ""
         self.cut: int | None = None   # where the first stop string starts in the text
         self._prompt_seen = False
@@ -114,14 +117,15 @@ def generate(slots, slot, req: GenRequest, on_text: Callable[[str], None] | None
         temperature=req.temperature if sample else None, top_p=req.top_p if sample else None,
         top_k=0 if sample else None,   # OpenAI's API has no top-k: do not let a default of 50 apply
         eos_token_id=slots.eos, pad_token_id=slots.pad)
-    dec = Decoder(slots.tokenizer, req.stop, on_text, cancelled)
+    forced = req.prompt_ids[len(req.prompt_ids) - req.forced:] if req.forced else ()
+    dec = Decoder(slots.tokenizer, req.stop, on_text, cancelled, forced)
     ids = torch.tensor([list(req.prompt_ids)], device=slots.device)      # (1, P)
     with torch.inference_mode(), slots.activate(slot):
         slots.model.generate(input_ids=ids, attention_mask=torch.ones_like(ids),
                              generation_config=config, streamer=dec,
                              stopping_criteria=StoppingCriteriaList([dec]))
     text = dec.finish()
-    out = dec.ids
+    out = dec.ids[req.forced:]
     if dec.cut is not None or (out and out[-1] in slots.eos):
         reason = "stop"
     else:

@@ -15,12 +15,15 @@ import secrets
 import threading
 import time
 import uuid
+from dataclasses import replace
 
 from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.exceptions import HTTPException
 
+from mens.serve import chat as chat_prompt
+from mens.serve import tool_calls
 from mens.serve.admission import Admission, Place, QueueFull
 from mens.serve.generate import GenRequest, generate
 from mens.serve.requests import (Body, ChatRequest, CompletionRequest, PromoteRequest,
@@ -53,6 +56,7 @@ def build_app(slots: Slots, api_key: str | None = None, max_body_bytes: int = 1 
     app = FastAPI(title="mens", docs_url=None, redoc_url=None, openapi_url=None)
     app.state.slots = slots
     admission = Admission(max_queue)
+    counts = tool_calls.Counts()   # what was done with tool calls (/health): never silent
 
     def auth(request: Request) -> None:
         if api_key is None:
@@ -103,7 +107,8 @@ def build_app(slots: Slots, api_key: str | None = None, max_body_bytes: int = 1 
     @app.get("/health")
     async def health():
         return {"status": "ok", "models": [m for m, _ in slots.model_ids()],
-                "memory": slots.memory(), "queue": admission.state()}
+                "memory": slots.memory(), "queue": admission.state(),
+                "tool_calls": counts.state()}
 
     @app.get("/v1/models", dependencies=[Depends(auth)])
     async def models():
@@ -120,17 +125,13 @@ def build_app(slots: Slots, api_key: str | None = None, max_body_bytes: int = 1 
     async def chat(req: ChatRequest):
         _refuse_unsupported(req)
         slot = _slot(slots, req.model)
-        msgs = [{"role": "system" if m.role == "developer" else m.role, "content": m.text()}
-                for m in req.messages]
-        if slot.system_prompt and not any(m["role"] == "system" for m in msgs):
-            # the spoke's one system prompt (synthesis and training used it): the slot's default
-            msgs.insert(0, {"role": "system", "content": slot.system_prompt})
-        try:
-            prompt = slots.encode_chat(msgs)
-        except Exception as e:  # a template may refuse a conversation; lone surrogates
-            raise APIError(400, f"messages: they cannot be rendered and tokenized: {e}", "messages")
-        gen = _gen_request(slots, req, prompt, req.max_completion_tokens, default_max_tokens)
-        return await _respond(slots, slot, req, gen, admission, chat=True)
+        try:   # messages, tools and tool_choice as training renders them (mens.serve.chat)
+            p = chat_prompt.build(slots, slot, req, counts)
+        except chat_prompt.ChatError as e:
+            raise APIError(400, e.message, e.param, e.code)
+        gen = _gen_request(slots, req, p.ids, req.max_completion_tokens, default_max_tokens)
+        gen = replace(gen, forced=p.forced)
+        return await _respond(slots, slot, req, gen, admission, chat=True, reader=p.reader)
 
     @app.post("/v1/completions", dependencies=[Depends(auth)])
     async def completions(req: CompletionRequest):
@@ -257,14 +258,14 @@ class _QueuedStream(StreamingResponse):
 
 
 async def _respond(slots: Slots, slot, req: Sampling, gen: GenRequest, admission: Admission,
-                   chat: bool):
+                   chat: bool, reader: tool_calls.Reader | None = None):
     rid = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"
     created = int(time.time())
     head = {"id": rid, "created": created, "model": req.model,
             "system_fingerprint": f"mens-{slot.name}"}
     place = admission.enter()        # QueueFull → 503 with Retry-After
     if req.stream:
-        return _QueuedStream(place, _sse(slots, slot, req, gen, chat, head, place),
+        return _QueuedStream(place, _sse(slots, slot, req, gen, chat, head, place, reader),
                              media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
     try:
         fut = slots.run(generate, slots, slot, gen)
@@ -272,17 +273,21 @@ async def _respond(slots: Slots, slot, req: Sampling, gen: GenRequest, admission
     finally:
         place.abandon()              # only if the work never reached the model thread
     r = await asyncio.wrap_future(fut)
-    choice = ({"index": 0, "message": {"role": "assistant", "content": r.text},
-               "logprobs": None, "finish_reason": r.finish_reason} if chat else
+    msg, reason = reader.message(r.text, r.finish_reason) if reader else \
+        ({"role": "assistant", "content": r.text}, r.finish_reason)
+    choice = ({"index": 0, "message": msg, "logprobs": None, "finish_reason": reason} if chat else
               {"index": 0, "text": r.text, "logprobs": None, "finish_reason": r.finish_reason})
     return {**head, "object": "chat.completion" if chat else "text_completion",
             "choices": [choice], "usage": _usage(r)}
 
 
 async def _sse(slots: Slots, slot, req: Sampling, gen: GenRequest, chat: bool, head: dict,
-               place: Place):
+               place: Place, reader: tool_calls.Reader | None = None):
     """Server-sent events: one chunk per piece of final text, then finish_reason, [DONE].
-    The request's queue place goes to the model thread with the work (Place.run_by)."""
+    The request's queue place goes to the model thread with the work (Place.run_by).
+    reader: tools were given — text streams only where it cannot be a call, calls come at the
+    end (mens.serve.tool_calls)."""
+    split = tool_calls.Splitter(reader) if reader else None
     loop = asyncio.get_running_loop()
     queue: asyncio.Queue = asyncio.Queue()
     cancel = threading.Event()   # set when the client goes away: generation stops early
@@ -293,10 +298,12 @@ async def _sse(slots: Slots, slot, req: Sampling, gen: GenRequest, chat: bool, h
     obj = "chat.completion.chunk" if chat else "text_completion"
     usage_wanted = bool(req.stream_options and req.stream_options.include_usage)
 
-    def chunk(text=None, finish=None, role=False) -> str:
-        if chat:
-            delta = {"role": "assistant", "content": ""} if role else \
+    def chunk(text=None, finish=None, role=False, delta=None) -> str:
+        if chat and delta is None:
+            # with tools, content stays null unless text comes (OpenAI's calling answer)
+            delta = {"role": "assistant", "content": None if split else ""} if role else \
                 ({"content": text} if text is not None else {})
+        if chat:
             choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
         else:
             choice = {"index": 0, "text": text or "", "logprobs": None, "finish_reason": finish}
@@ -314,14 +321,23 @@ async def _sse(slots: Slots, slot, req: Sampling, gen: GenRequest, chat: bool, h
         while True:
             kind, value = await queue.get()
             if kind == "text":
-                yield chunk(text=value)
+                value = split.feed(value) if split else value
+                if value:
+                    yield chunk(text=value)
                 continue
             try:
                 r = value.result()
             except Exception as e:  # the stream has begun: the error goes in an event
                 yield f"data: {json.dumps(error_body(f'generation failed: {e}', 'server_error'))}\n\n"
                 break
-            yield chunk(finish=r.finish_reason)
+            reason = r.finish_reason
+            if split:   # the content not streamed yet, then the calls
+                rest, calls, reason = split.finish(r.text, r.finish_reason)
+                if rest:
+                    yield chunk(text=rest)
+                for d in tool_calls.stream_deltas(calls):
+                    yield chunk(delta=d)
+            yield chunk(finish=reason)
             if usage_wanted:
                 yield f"data: {json.dumps({**head, 'object': obj, 'choices': [], 'usage': _usage(r)})}\n\n"
             break

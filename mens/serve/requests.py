@@ -3,13 +3,19 @@
 Every field the server honours is declared with a strict type (`"max_tokens": "5"` is a 400,
 as in OpenAI's API). Nothing else is dropped silently: `unsupported` lists, for one 400 that
 names them all,
-  - fields OpenAI defines that mens does not implement (`n`, `logprobs`, `tools`, the
-    penalties, ...) set to anything but their no-op value (`n: 1`, `logprobs: false`, ...);
-  - every other field (`response_format`, `tool_choice`, `user`, `metadata`, a vendor's
-    extension, a typo such as `max_token`), whatever its value but null — as OpenAI itself
-    answers "Unrecognized request argument supplied".
-The same holds inside messages (`name` too: no chat template mens serves renders it), content
-parts and `stream_options`. A JSON null is OpenAI's "not given", and is accepted as such.
+  - fields OpenAI defines that mens does not implement (`n`, `logprobs`, the penalties, ...)
+    set to anything but their no-op value (`n: 1`, `logprobs: false`, ...);
+  - every other field (`response_format`, `user`, `metadata`, a vendor's extension, a typo
+    such as `max_token`), whatever its value but null — as OpenAI itself answers
+    "Unrecognized request argument supplied".
+The same holds inside messages (`name` too, except on a `tool` turn: no chat template mens
+serves renders a user's name), tool calls, content parts and `stream_options`. A JSON null is
+OpenAI's "not given", and is accepted as such.
+
+Tools (issue #38): `tools`, `tool_choice`, `parallel_tool_calls`, assistant turns with
+`tool_calls` (content null) and `tool` turns with `tool_call_id` are declared here only as
+shapes; what they mean — schemas and calls checked by mens.data.tools, as training checks
+them — is mens.serve.chat's.
 """
 from __future__ import annotations
 
@@ -31,12 +37,47 @@ class TextPart(Body):
     text: StrictStr
 
 
+class Function(Body):
+    name: StrictStr
+    # OpenAI sends a JSON string; an object is taken too (mens's records use one)
+    arguments: Union[StrictStr, dict] = "{}"
+
+
+class ToolCall(Body):
+    id: Optional[StrictStr] = None
+    type: Literal["function"] = "function"
+    function: Function
+    # its place in a streamed answer: the openai client keeps it on the message it accumulates
+    # (and sends back); mens.serve.chat checks it is the call's place in the list
+    index: Optional[StrictInt] = None
+
+
 class Message(Body):
     role: Literal["system", "developer", "user", "assistant"]
-    content: Union[StrictStr, List[TextPart]]
+    # null only on an assistant turn that calls tools (mens.serve.chat says so otherwise)
+    content: Union[StrictStr, List[TextPart], None] = None
+    tool_calls: Optional[List[ToolCall]] = None
 
     def text(self) -> str:
+        if self.content is None:
+            return ""
         return self.content if isinstance(self.content, str) else "".join(p.text for p in self.content)
+
+
+class ToolMessage(Message):
+    """A tool's result: answers the call whose id it names (OpenAI's form)."""
+    role: Literal["tool"]
+    tool_call_id: Optional[StrictStr] = None
+    name: Optional[StrictStr] = None      # the function it answers (legacy; templates may read it)
+
+
+class NamedFunction(Body):
+    name: StrictStr
+
+
+class NamedToolChoice(Body):
+    type: Literal["function"]
+    function: NamedFunction
 
 
 class StreamOptions(Body):
@@ -62,12 +103,17 @@ class Sampling(Body):
         "logit_bias": ({},), "logprobs": (False,)}
 
 
+AnyMessage = Annotated[Union[ToolMessage, Message], Field(discriminator="role")]
+
+
 class ChatRequest(Sampling):
-    messages: Annotated[List[Message], Field(min_length=1)]
+    messages: Annotated[List[AnyMessage], Field(min_length=1)]
     max_completion_tokens: Optional[StrictInt] = None
-    tools: Optional[list] = None
+    tools: Optional[list] = None          # schemas: checked by mens.data.tools.normalize_tools
+    tool_choice: Union[Literal["auto", "none", "required"], NamedToolChoice, None] = None
+    parallel_tool_calls: Optional[StrictBool] = None
     top_logprobs: Optional[StrictInt] = None
-    no_op: ClassVar[dict[str, tuple]] = {**Sampling.no_op, "tools": ([],), "top_logprobs": (0,)}
+    no_op: ClassVar[dict[str, tuple]] = {**Sampling.no_op, "top_logprobs": (0,)}
 
 
 class CompletionRequest(Sampling):

@@ -43,7 +43,7 @@ class Slot:
     spoke: str | None = None
     lane: str | None = None
     tensor_bytes: int = 0          # the adapter's own weights as loaded
-    system_prompt: str | None = None   # its spoke's `system_prompt` (spec.yaml): the default
+    system_prompt: str | None = None   # the default system turn: what training added (_system)
 
 
 @dataclass
@@ -182,10 +182,10 @@ class Slots:
                               f"{self.rung.name}: {type(e).__name__}: {e}", key="serve.adapters")
         self.model.eval()
         own = [p for n, p in self.model.named_parameters() if f".{adapter_name}." in n]
+        spoke = src.spec.get("spoke") or {}
         self.slots[src.name] = Slot(
-            src.name, adapter_name, src.adapter_dir, src.run,
-            (src.spec.get("spoke") or {}).get("name"), lane_fields(src.spec.get("lane"))["lane"],
-            tensor_bytes(own), (src.spec.get("spoke") or {}).get("system_prompt"))
+            src.name, adapter_name, src.adapter_dir, src.run, spoke.get("name"),
+            lane_fields(src.spec.get("lane"))["lane"], tensor_bytes(own), _system(src.spec))
         slot = self.slots[src.name]
         if slot.spoke:
             roles = self.aliases.setdefault(slot.spoke, {"champion": None, "challenger": None})
@@ -275,14 +275,20 @@ class Slots:
         self.model.set_adapter(slot.adapter)
         return contextlib.nullcontext()
 
-    def encode_chat(self, messages: list[dict]) -> list[int]:
-        """The prompt as training rendered it: the run's template, options and system folding
-        (mens.data.encoder), plus the generation prompt."""
+    def encode_chat(self, messages: list[dict], tools: list[dict] | None = None) -> list[int]:
+        """The prompt as training rendered it: the run's template, options, system folding and
+        tool rendering (mens.data.encoder), plus the generation prompt."""
+        return self.encode(self.prompt_text(messages, tools))
+
+    def prompt_text(self, messages: list[dict], tools: list[dict] | None = None) -> str:
         if self.chat is not None:
-            return self.encode(self.chat.prompt_text(messages))
+            return self.chat.prompt_text(messages, tools)
+        if tools or any(m.get("tool_calls") or m["role"] == "tool" for m in messages):
+            raise ValueError("the served model has no chat template, so it cannot render tools "
+                             "or tool calls (mens would drop them); serve a run whose template "
+                             "renders tools, or one trained with data.tool_format=hermes")
         from mens.data.pack import CHATML   # a base without a template, and no run naming one
-        text = "".join(CHATML.format(**m) for m in messages) + "<|im_start|>assistant\n"
-        return self.encode(text)
+        return "".join(CHATML.format(**m) for m in messages) + "<|im_start|>assistant\n"
 
     def encode(self, text: str) -> list[int]:
         # A second tokenizer instance for the event loop: a HF fast tokenizer shared with the
@@ -304,6 +310,17 @@ class Slots:
 
     def close(self) -> None:
         self._worker.shutdown(wait=False, cancel_futures=True)
+
+
+def _system(spec: dict) -> str | None:
+    """The system prompt a run's records had where they held none — the slot's default: the
+    run's data.system_prompt, else its spoke's (the spoke's corpus was written under it). A run
+    on the user's own data (data=file/hf) had none added: it gets none, as it trained."""
+    data = spec.get("data") or {}
+    if data.get("system_prompt"):
+        return data["system_prompt"]
+    spoke = spec.get("spoke") or {}
+    return spoke.get("system_prompt") if data.get("source", "spoke") == "spoke" else None
 
 
 def _precision(dtype) -> str:

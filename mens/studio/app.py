@@ -155,8 +155,8 @@ def build_app(cfg: DictConfig, host: str, port: int, token: str | None = None):
 
     @app.post("/api/serve/{action}")
     async def serve_admin(action: str, request: Request):
-        if action == "chat":
-            return await asyncio.to_thread(serving.chat, await body(request))
+        if action in ("chat", "turn"):   # turn: a conversation continued (tool results)
+            return await asyncio.to_thread(getattr(serving, action), await body(request))
         code, out = await asyncio.to_thread(serving.admin, action, await body(request))
         return JSONResponse(out, status_code=code)
 

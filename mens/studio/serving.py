@@ -1,7 +1,9 @@
 """The Serve panel's back end: one `python -m mens.serve` child on a free port, and the
 studio's calls to it over HTTP — slot table (/v1/models, /admin/aliases), promote / rollback
 (/admin/promote answers 409 for an ungated run: relayed as is), and the side-by-side chat (the
-same prompt to two models, greedy). The server's own rules decide; the studio only asks."""
+same prompt to two models, greedy; with `tools`, an answer may be tool calls, and `turn` sends
+the conversation back with the tool results the user typed). The server's own rules decide;
+the studio only asks."""
 from __future__ import annotations
 
 import json
@@ -81,25 +83,50 @@ class Serving:
         return 200, data
 
     def chat(self, body: dict) -> dict:
+        """The same prompt to models a and b, greedy; with `tools` (OpenAI schemas) each answer
+        may be tool calls, shown with the conversation that continues it (`turn`)."""
         prompt, models = body.get("prompt"), [body.get("a"), body.get("b")]
         if not isinstance(prompt, str) or not prompt.strip() or len(prompt) > 8000:
             raise Refused(400, "prompt: a non-empty string (at most 8000 characters)")
         if not all(isinstance(m, str) and m for m in models):
             raise Refused(400, "a and b: the two models to ask (e.g. base and an adapter)")
-        max_tokens = body.get("max_tokens", 48)
+        url = self.url()
+        messages = [{"role": "user", "content": prompt}]
+        # one after the other: the server runs one request at a time anyway
+        answers = [self._ask(url, m, messages, body) for m in models]
+        same = [(a["text"], a["tool_calls"]) for a in answers]
+        return {"prompt": prompt, "answers": answers, "differ": same[0] != same[1]}
+
+    def turn(self, body: dict) -> dict:
+        """One more answer from `model` to a conversation the page holds: an answer's tool
+        calls, then the tool results the user typed (`tool` messages). The server checks the
+        conversation (a result that answers no call is its 400, relayed)."""
+        model, messages = body.get("model"), body.get("messages")
+        if not isinstance(model, str) or not model:
+            raise Refused(400, "model: the model to ask")
+        if not isinstance(messages, list) or not messages or len(json.dumps(messages)) > 64000:
+            raise Refused(400, "messages: the conversation so far (a non-empty list)")
+        return self._ask(self.url(), model, messages, body)
+
+    @staticmethod
+    def _ask(url: str, model: str, messages: list, body: dict) -> dict:
+        max_tokens, tools = body.get("max_tokens", 48), body.get("tools")
         if not isinstance(max_tokens, int) or not 1 <= max_tokens <= 512:
             raise Refused(400, "max_tokens: 1-512")
-        url, answers = self.url(), []
-        for m in models:   # one after the other: the server runs one request at a time anyway
-            t0 = time.time()
-            r = httpx.post(f"{url}/v1/chat/completions", timeout=300, json={
-                "model": m, "temperature": 0, "max_tokens": max_tokens,
-                "messages": [{"role": "user", "content": prompt}]})
-            data = r.json()
-            if r.status_code >= 400:
-                raise Refused(r.status_code, f"{m}: {(data.get('error') or {}).get('message')}")
-            answers.append({"model": m, "text": data["choices"][0]["message"]["content"],
-                            "finish_reason": data["choices"][0]["finish_reason"],
-                            "seconds": round(time.time() - t0, 2)})
-        return {"prompt": prompt, "answers": answers,
-                "differ": answers[0]["text"] != answers[1]["text"]}
+        if tools is not None and not isinstance(tools, list):
+            raise Refused(400, "tools: a list of OpenAI tool schemas")
+        t0 = time.time()
+        r = httpx.post(f"{url}/v1/chat/completions", timeout=300, json={
+            "model": model, "temperature": 0, "max_tokens": max_tokens, "messages": messages,
+            **({"tools": tools} if tools else {})})
+        data = r.json()
+        if r.status_code >= 400:
+            raise Refused(r.status_code, f"{model}: {(data.get('error') or {}).get('message')}")
+        choice = data["choices"][0]
+        msg = {k: v for k, v in choice["message"].items() if v is not None}
+        calls = [{"id": c["id"], "name": c["function"]["name"],
+                  "arguments": c["function"]["arguments"]} for c in msg.get("tool_calls", [])]
+        return {"model": model, "text": msg.get("content") or "", "tool_calls": calls,
+                "finish_reason": choice["finish_reason"], "seconds": round(time.time() - t0, 2),
+                "prompt_tokens": data["usage"]["prompt_tokens"],
+                "messages": [*messages, msg]}

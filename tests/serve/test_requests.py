@@ -37,11 +37,11 @@ def body(**kw) -> dict:
 def test_every_unimplemented_field_is_a_400_naming_them_all(url, tiny_run):
     chat = f"{url}/v1/chat/completions"
     # each alone: OpenAI fields mens does not implement, vendor extensions, typos
-    for extra in [{"response_format": {"type": "json_object"}}, {"tool_choice": "auto"},
+    # (tools, tool_choice and parallel_tool_calls are served: tests/serve/test_tools.py)
+    for extra in [{"response_format": {"type": "json_object"}}, {"function_call": "auto"},
                   {"user": "alice"}, {"metadata": {"a": "b"}}, {"store": False},
-                  {"parallel_tool_calls": False}, {"max_token": 5}, {"extra_field": [1, 2]},
-                  {"n": 2}, {"logprobs": True}, {"tools": [{"type": "function"}]},
-                  {"presence_penalty": 0.5}]:
+                  {"functions": [{"name": "f"}]}, {"max_token": 5}, {"extra_field": [1, 2]},
+                  {"n": 2}, {"logprobs": True}, {"presence_penalty": 0.5}]:
         r = httpx.post(chat, json=body(**extra))
         (key,) = extra
         assert r.status_code == 400, (extra, r.text)
@@ -50,12 +50,12 @@ def test_every_unimplemented_field_is_a_400_naming_them_all(url, tiny_run):
             ("invalid_request_error", key, "unsupported_parameter"), err
         assert f"`{key}`" in err["message"]
     # several at once, nested ones included: one 400 that names every one of them
-    many = body(response_format={"type": "text"}, tool_choice="none", n=3, seed=1,
+    many = body(response_format={"type": "text"}, function_call="none", n=3, seed=1,
                 stream_options={"include_usage": True, "continuous_usage_stats": True},
                 messages=[{"role": "user", "name": "bob", "content": [
                     {"type": "text", "text": "hi", "cache_control": {"type": "ephemeral"}}]}])
     err = httpx.post(chat, json=many).json()["error"]
-    for key in ("response_format", "tool_choice", "n", "stream_options.continuous_usage_stats",
+    for key in ("response_format", "function_call", "n", "stream_options.continuous_usage_stats",
                 "messages.0.name", "messages.0.content.0.cache_control"):
         assert f"`{key}`" in err["message"], (key, err["message"])
     assert "`seed`" not in err["message"]
@@ -95,11 +95,11 @@ def test_every_unimplemented_field_is_a_400_naming_them_all(url, tiny_run):
     assert done.choices[0].finish_reason == "length"
     with pytest.raises(openai.BadRequestError) as e:
         client.chat.completions.create(response_format={"type": "json_object"}, user="alice",
-                                       tool_choice="none", **kw)
+                                       extra_body={"top_k": 5}, **kw)
     err = e.value.body
-    assert err["param"] in ("response_format", "user", "tool_choice")   # the first of them
+    assert err["param"] in ("response_format", "user", "top_k")   # the first of them
     assert err["code"] == "unsupported_parameter"
-    assert all(f"`{k}`" in err["message"] for k in ("response_format", "user", "tool_choice"))
+    assert all(f"`{k}`" in err["message"] for k in ("response_format", "user", "top_k"))
     # max_tokens and max_completion_tokens that disagree: neither is dropped silently
     r = httpx.post(chat, json=body(max_tokens=2, max_completion_tokens=3))
     assert (r.status_code, r.json()["error"]["param"]) == (400, "max_tokens")

@@ -325,13 +325,3 @@ $("#serve-start").addEventListener("click", async () => {
   await serveStatus();
 });
 $("#serve-stop").addEventListener("click", async () => { await api("/api/serve/stop", {}); await serveStatus(); });
-$("#chat-ask").addEventListener("click", async () => {
-  $("#chat-differ").textContent = "asking…"; $("#answer-a").textContent = $("#answer-b").textContent = "";
-  try {
-    const r = await api("/api/serve/chat", { prompt: $("#chat-prompt").value, a: $("#chat-a").value, b: $("#chat-b").value });
-    $("#answer-a-model").textContent = r.answers[0].model; $("#answer-a").textContent = r.answers[0].text;
-    $("#answer-b-model").textContent = r.answers[1].model; $("#answer-b").textContent = r.answers[1].text;
-    $("#chat-differ").textContent = r.differ ? "the answers differ" : "the answers are the same";
-  } catch (e) { $("#chat-differ").textContent = e.message; }
-});
-
