@@ -9,7 +9,8 @@ needs (fewer prompts, another k, a guard task it did not run). Then:
     fails: unverified is not passed.
   - **guards**: no collateral metric (every other spoke's loss and greedy pass rate; each
     lm-eval task of `gate.guard_tasks`) may lose more than `gate.max_regression` with
-    confidence (its whole interval below −max_regression).
+    confidence (its whole interval below −max_regression); nor, when the held-out records use
+    tools, the spoke's own tool_call/exact and tool_call/schema_valid (mens.eval.toolcalls).
 Gains are fractions: points of a rate (0.05 = 5 points), or the share of the base's loss
 removed. Writes gate.json (atomic) with the rows it judged, the items, the intervals, the task
 versions and the eval's own spec. Exit 0 on pass, 3 on fail (the gate refuses).
@@ -29,6 +30,7 @@ from mens.resources import CORPORA
 from mens.run.receipt import artifact_sha256, write_receipt
 from mens.run.rundir import RunDir
 from mens.eval.stats import confidently_below, significant
+from mens.eval.toolcalls import is_guard as is_tool_guard, missing_guards as tool_guards_missing
 
 
 def task(cfg: DictConfig, out_dir: Path) -> int:
@@ -70,6 +72,8 @@ def stale(existing: dict | None, need: DictConfig, sha: str | None) -> str | Non
         return "eval.json did not measure the other spokes (eval.collateral=false)"
     if "tuned" not in (existing.get("models") or []):
         return "eval.json did not evaluate the tuned model"
+    if "tool_calls" not in existing:   # it cannot say whether the held-out records use tools
+        return "eval.json predates the tool-call rows (mens eval of issue #38)"
     return None
 
 
@@ -135,7 +139,7 @@ def judge(result: dict, g) -> tuple[str, list[str], dict | None, list[dict], str
         reasons.append(f"in-domain {own['spoke']} {metric}: gain {_pts(own['gain']['value'])} is "
                        f"{what}: its {conf:.0%} interval [{_pts(lo)}, {_pts(hi)}] over "
                        f"{own['n']} prompts does not lie above gate.min_gain={g.min_gain:g}")
-    guards = [r for r in rows if r["group"] == "collateral"
+    guards = [r for r in rows if r["group"] == "collateral" or is_tool_guard(r)
               or (r["group"] == "benchmark" and r.get("task") in set(g.guard_tasks))]
     for r in guards:
         gain = r.get("gain") or {}
@@ -146,6 +150,7 @@ def judge(result: dict, g) -> tuple[str, list[str], dict | None, list[dict], str
                            f"than gate.max_regression={g.max_regression:g} with confidence")
     missing = set(g.guard_tasks) - {r.get("task") for r in guards}
     reasons += [f"guard task {t}: no result in eval.json" for t in sorted(missing)]
+    reasons += tool_guards_missing(result)
     return ("fail" if reasons else "pass"), reasons, own, guards, metric, why_metric
 
 
