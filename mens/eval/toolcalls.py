@@ -12,7 +12,8 @@ mistral). Rows (mens.eval's metric row, group in_domain, paired base vs tuned):
                                     order free (an AST match, below)
     <spoke>/tool_call/schema_valid  over the same turns: at least one call, and every call names
                                     a tool of the record and its arguments validate against that
-                                    tool's JSON schema (jsonschema, mens.synth.oracle_checks)
+                                    tool's JSON schema (jsonschema: mens.synth.tool_synth's
+                                    call_problems, the check synthesis admits records by)
     <spoke>/tool_call/relevance     over turns whose reference answers without a call: the answer
                                     makes none (a malformed call is a call attempted: a miss)
 
@@ -115,35 +116,11 @@ def calls_match(pred: list[dict], ref: list[dict], schemas: dict[str, dict]) -> 
     return True
 
 
-def schemas_of(tools: list[dict]) -> dict[str, dict]:
-    """{tool name: its parameters' JSON schema} of a record's tools (OpenAI's form or bare)."""
-    out = {}
-    for t in tools or []:
-        fn = t.get("function", t)
-        out[fn["name"]] = fn.get("parameters") or {"type": "object"}
-    return out
-
-
-def call_problems(calls: list[dict], schemas: dict[str, dict]) -> list[str]:
-    """What is wrong with these calls: a tool the record does not offer, arguments that fail
-    its schema (jsonschema's path and message). [] when every call is valid."""
-    from mens.synth.oracle_checks import schema_errors
-
-    problems = []
-    for k, c in enumerate(calls, 1):
-        if c["name"] not in schemas:
-            problems.append(f"call {k} `{c['name']}`: no such tool (offered: "
-                            f"{', '.join(sorted(schemas)) or 'none'})")
-        else:
-            problems += [f"call {k} `{c['name']}` arguments {e}"
-                         for e in schema_errors(c["arguments"], schemas[c["name"]])]
-    return problems
-
-
 def score(text: str, item: dict, syntax: str | None) -> dict:
     """One answer to one item: its calls read in `syntax` and the three verdicts (None where the
     item does not count for that metric)."""
     from mens.data.tool_syntax import parse
+    from mens.synth.tool_synth import call_problems, schemas_of
 
     p = parse(text, syntax)
     calls = [_plain(c) for c in p.calls]
