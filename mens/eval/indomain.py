@@ -160,7 +160,9 @@ def score_set(slots, base_slot, tuned_slot, recs: list[dict], check: str | None,
     heads = [r["messages"][:_last_user(r)[0] + 1] for r in recs]
     answers: dict[tuple[str, str], list[list[str]]] = {}
     for m, (s, slot) in models.items():
-        prompts = [s.encode_chat(h) for h in heads]
+        # a record's tools are part of its prompt, as training rendered it (issue #38)
+        prompts = [s.encode(s.chat.prompt_text(h, r["tools"])) if r.get("tools") and s.chat
+                   else s.encode_chat(h) for h, r in zip(heads, recs)]
         stats[f"prompts_cut_{m}"] = sum(room(s, p, eval_cfg.max_new_tokens) < eval_cfg.max_new_tokens
                                    for p in prompts)
         print(f"mens eval: {spoke} · {m}: {len(prompts)} prompts × "

@@ -148,6 +148,27 @@ def test_the_rows_on_the_tiny_models_have_intervals_and_n(loaded):
     assert all(isinstance(it["base"]["text"], str) for it in out["items"])
 
 
+def test_the_oracle_path_prompts_with_the_records_tools(loaded):
+    """The in-domain greedy answers (mens.eval.indomain) of a record with tools answer the
+    prompt training rendered: the conversation AND its tools' schemas."""
+    from mens.config.compose import compose
+    from mens.data.formats import normalize
+    from mens.eval.indomain import generate, score_set
+
+    spec, slots, base, tuned = loaded
+    recs = [dict(normalize(r, "messages"), id=f"t{i}") for i, r in enumerate(tool_records(2))]
+    ev = compose(["eval.max_new_tokens=12", "eval.bootstrap=100"]).eval
+    out = score_set(slots, base, tuned, recs, "tool_call_schema", spec, ev, role="spoke",
+                    spoke="mine", batch_size=2, k=0, greedy=True)
+    heads = [r["messages"][:1] for r in recs]      # up to the last user turn (the first)
+    assert [h[-1]["role"] for h in heads] == ["user", "user"]
+    texts = [slots.chat.prompt_text(h, r["tools"]) for h, r in zip(heads, recs)]
+    assert all("<tools>" in t and '"name": "' in t for t in texts)
+    want = generate(slots, tuned, [slots.encode(t) for t in texts], n=1, temperature=0,
+                    top_p=1.0, max_new=12, seed=0, batch_size=2)
+    assert [it["tuned"]["greedy"]["text"] for it in out["items"]] == [w[0] for w in want]
+
+
 def test_mens_eval_of_a_base_on_tool_data_writes_the_rows(tmp_path):
     from mens.config.compose import compose
     from mens.eval.run import evaluate
