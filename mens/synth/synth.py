@@ -300,7 +300,8 @@ def synth(cfg, log=print) -> dict:
     leaves = tree.leaves()
     todo = [(n, t) for n, t in leaves if not leaf_file(out, n.id).is_file()]
     oracle = (f"every tool call against the schemas of {len(tools)} tools in synth.tools "
-              f"(jsonschema; the spoke's own check {cfg.spoke.admission.check} is not run)"
+              f"(jsonschema; the spoke's own check {cfg.spoke.admission.check} is not run, and a "
+              f"sample with an invalid call is quarantined: no repair turns)"
               if tools else cfg.spoke.admission.check)
     log(f"mens data synth: {cfg.spoke.name}, {len(leaves)} leaves ({len(leaves) - len(todo)} "
         f"done before), strategy {cfg.synth.strategy}, oracle {oracle} → {out}")
