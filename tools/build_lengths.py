@@ -4,7 +4,8 @@
 
 Every TRAINING record of a spoke (the files its conf/spoke/<name>.yaml `sources` declare, before
 rating filters and mix weights) is rendered with the chat template (ChatML, as mens.data.pack trains
-it) and tokenised with mens/assets/tiny's tokenizer. A preference pair counts as its longer
+it; a record's `tools` passed as `tools=`, so its schemas and calls are counted as the template
+writes them) and tokenised with mens/assets/tiny's tokenizer. A preference pair counts as its longer
 rendering (prompt + chosen or prompt + rejected): both must fit in seq_len. The planner reads
 p99_tokens for the tiny rung and p99_chars / est_chars_per_token for rungs whose tokenizer is not
 present (mens.plan.spec.resolve_seq_len). Run after `python tools/tiny_base.py`.
@@ -46,7 +47,8 @@ def spoke_lengths(tok, spoke: dict) -> dict:
     tokens, chars = [], []
     for src in spoke["sources"]:
         for rec in load_jsonl(DATA / spoke["name"] / src["path"]):
-            texts = [tok.apply_chat_template(m, tokenize=False) for m in renderings(rec)]
+            texts = [tok.apply_chat_template(m, tools=rec.get("tools"), tokenize=False)
+                     for m in renderings(rec)]
             tokens.append(max(len(tok.encode(t, add_special_tokens=False)) for t in texts))
             chars.append(max(len(t) for t in texts))
     if not tokens:

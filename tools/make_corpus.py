@@ -24,6 +24,11 @@ candidate that shares a 12-word sequence with ANY training record of ANY spoke, 
 equals a training prompt, is rejected and counted (`decontamination` in the manifest).
 Ratings: ~7 % of training records are built "terse" (the artefact without explanation) and
 rated below the spoke's min_rating, so the loader's filter visibly drops them.
+Tool use (mcp_tool_chain, agent_harness) is structure, as mens.data.tools keeps a user's: the
+record's `tools`, each assistant turn's `tool_calls`, `tool` turns naming the call they answer —
+so each model family's template writes it in its own syntax. The held-out tests read a call as its
+Hermes text (the words a model writes), and the character lengths render it through the tiny
+rung's template (mens.data.corpus.render).
 """
 from __future__ import annotations
 
@@ -45,6 +50,7 @@ from corpus_templates import agent, mcp, mesh, rust, shell, skills, speech, vox 
 from corpus_templates.common import Ctx  # noqa: E402
 from mens.synth.admission import check_all  # noqa: E402
 from mens.data.corpus import render  # noqa: E402
+from mens.data.tools import call_text  # noqa: E402
 
 SEED = "mens-corpus-v1"
 TRAIN, EVAL, EVAL_PAIRS = 300, 40, 20
@@ -79,15 +85,24 @@ def grams(text: str) -> set[bytes]:
             for i in range(len(w) - NGRAM + 1)}
 
 
+def text(m: dict) -> str:
+    """A message's text, its tool calls included (as Hermes <tool_call> blocks after the content:
+    the words a model writes for them, whatever a family's template wraps them in)."""
+    calls = [f"<tool_call>\n{call_text(c)}\n</tool_call>" for c in m.get("tool_calls") or []]
+    return "\n".join(([m["content"]] if m["content"] or not calls else []) + calls)
+
+
 def full_text(rec: dict) -> str:
-    """Every message of a record, all roles (a pair: prompt, chosen and rejected)."""
+    """Every message of a record, all roles (a pair: prompt, chosen and rejected), and the
+    schemas of the tools it declares."""
     msgs = rec["prompt"] + rec["chosen"] + rec["rejected"] if "prompt" in rec else rec["messages"]
-    return "\n".join(m["content"] for m in msgs)
+    tools = [json.dumps(t, ensure_ascii=False) for t in rec.get("tools") or []]
+    return "\n".join([text(m) for m in msgs] + tools)
 
 
 def answer_text(rec: dict) -> str:
     msgs = rec["chosen"] + rec["rejected"] if "prompt" in rec else rec["messages"]
-    return "\n".join(m["content"] for m in msgs if m["role"] == "assistant")
+    return "\n".join(text(m) for m in msgs if m["role"] == "assistant")
 
 
 def prompt_key(rec: dict) -> str:
@@ -137,7 +152,7 @@ def generate(spoke: str, cfg: dict, source: str, split: str, n: int, seen: set,
 
 def finish(spoke: str, source: str, rec: dict, split: list[str], number: int) -> dict:
     body = {k: rec[k] for k in ("prompt", "chosen", "rejected")} if "prompt" in rec else \
-        {"messages": rec["messages"]}
+        {"messages": rec["messages"], **({"tools": rec["tools"]} if "tools" in rec else {})}
     strategy = rec["strategy"] + (":terse" if rec["terse"] else "")
     return {"id": f"{spoke}-{source}-{number:04d}", "spoke": spoke, "source": source, **body,
             "difficulty": rec["difficulty"], "phase": rec["phase"], "rating": rec["rating"],

@@ -126,7 +126,8 @@ class Queue:
 
 # --- control -----------------------------------------------------------------------------
 def ask(afk_dir: Path | str, action: str) -> Path:
-    assert action in ACTIONS, action
+    if action not in ACTIONS:
+        raise ValueError(f"afk action {action!r}: it is one of {', '.join(ACTIONS)}.")
     return atomic_write(Path(afk_dir) / CONTROL, json.dumps({"action": action, "at": now()}))
 
 

@@ -7,8 +7,6 @@ A row that cannot be read this way is a DataError naming file:line and the field
 """
 from __future__ import annotations
 
-import json
-
 from mens.config.schema import LORA_TARGETS
 from mens.errors import DataError
 from mens.plan.hardware import cuda_tier
@@ -76,11 +74,8 @@ def _convert(row: dict) -> dict:
     if (quant or kind == "qlora") and not quant.startswith("nf4"):
         unmodelled.append(f"quantization {quant or 'unstated'} (mens's QLoRA: bitsandbytes nf4; "
                           f"its LoRA: a 16-bit base)")
-    load = meas.get("load_peak")   # the source's reading while loading, when it gives one
-    if load is not None and peak is not None and float(load) >= 0.95 * float(peak):
-        unmodelled.append(f"a reading ({peak} {meas['peak_unit']}) hardly above the one taken "
-                          f"while loading ({load}): the pool reserved to load the model, not "
-                          f"what the step needs")
+    load = meas.get("load_peak")   # the source's reading while loading: judged by the fit's
+    # screens (mens.calibrate.screens.load_reading), never with a held-out source in view
     if c.get("dtype") not in ("bf16", "fp16", "fp32"):
         unmodelled.append(f"a compute dtype the source does not give as bf16/fp16/fp32 "
                           f"({c.get('dtype')})")
@@ -111,6 +106,7 @@ def _convert(row: dict) -> dict:
                   "loss": loss, "heap": "default"},
         "world_size": 1, "strategy": "single", "devices": devices, "source_strategy": strategy,
         "measured_peak_bytes": peak_bytes, "peak_kind": meas.get("peak_kind") or "unknown",
+        "load_peak_bytes": None if load is None else int(float(load) * UNITS[meas["peak_unit"]]),
         "tokens_per_s": None if tps is None else float(tps),
         "status": "ok" if one_device and peak_bytes is not None and not unmodelled
         else "skipped",
@@ -120,30 +116,6 @@ def _convert(row: dict) -> dict:
         "not_expressible": list(row.get("not_expressible") or []),
         "compile": bool(c.get("compile")), "attention": c.get("attention"),
     }
-
-
-def not_binding(records: list[dict]) -> None:
-    """One source's same config measured on two cards: the larger card's reading is what its
-    caching allocator kept with memory to spare (torchtune's Llama-3.1-8B LoRA: 16.2 GiB on a
-    24 GB 4090, 30.3 GiB on a 48 GB A6000), not what the run needs; the smallest reading is the
-    requirement's evidence, the others are left out of the memory fit, said."""
-    def key(r):
-        return json.dumps([r["source"], r["arch"], r["lane"], r["seq_len"], r["micro_batch"],
-                           r["checkpointing"], r["packing"], r["paths"]], sort_keys=True)
-    groups: dict[str, list[dict]] = {}
-    for r in records:
-        if r.get("kind") == "external" and r.get("status") == "ok":
-            groups.setdefault(key(r), []).append(r)
-    for rs in groups.values():
-        least = min(rs, key=lambda r: r["measured_peak_bytes"])
-        for r in rs:
-            if (r is not least and r["gpu"] != least["gpu"]
-                    and r["measured_peak_bytes"] > 1.1 * least["measured_peak_bytes"]):
-                r["status"] = "skipped"
-                r["reason"] = (f"the same config measured {least['measured_peak_bytes'] / 2**30:.1f}"
-                               f" GiB on {least['gpu']} in this source: this card's reading is "
-                               f"what its allocator kept with memory to spare (its throughput "
-                               f"still counts)")
 
 
 def _int(v) -> int | None:

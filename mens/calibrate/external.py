@@ -15,15 +15,20 @@ the *framework gap* is a term the fit estimates, not a fudge; o: the intercept (
 workspaces). A mens run gets the coefficient of the frameworks built as mens is (transformers +
 PEFT: BASE_FRAMEWORKS), or all frameworks' median when none of them has a record.
 
-Validation: each source is left out in turn, the rest refitted, and the source's records
-predicted (with its framework's coefficient when other sources of that framework remain, else
-the mens one) — the error a source nobody fitted on sees. Per cell: records, sources, held-out
-median and max error; the cell's margin is what its held-out errors earned: the 90th percentile
-of its under-predictions (9 in 10 published peaks nobody fitted on lie under prediction +
-margin; the worst is shown beside it). A cell is `external` with ≥ 3 records from ≥ 2 sources
-and a margin below the uncalibrated one; else it keeps the fit's coefficients under the
-uncalibrated margin, and says why. Whether its held-out errors meet the accuracy targets
-(median ≤ 10 %, max ≤ 20 %) is reported beside the status, not folded into it.
+Validation: each source is left out in turn and everything a fit decides from measured peaks
+is decided again without it — the screens (mens.calibrate.screens) on the remaining rows, the
+prior's strength by an inner leave-one-source-out over them (PRIORS), the coefficients and the
+no-checkpointing factor — then every row of the held-out source is predicted (with its
+framework's coefficient when other sources of that framework remain, else the mens one): the
+error a source nobody fitted on sees. Rows the screens leave out are predicted too: the report
+gives the screened errors and the all-rows errors side by side. Per cell: records, sources,
+held-out median and max error of both; the cell's margin is the worst held-out
+under-prediction of its screened rows, so it covers every one of them, and the cell says how
+many of all its rows it covers and which it does not, with the screen that set each aside.
+A cell is `external` with ≥ 3 records from ≥ 2 sources and a margin below the uncalibrated
+one; else it keeps the fit's coefficients under the uncalibrated margin, and says why. Whether
+its held-out errors meet the accuracy targets (median ≤ 10 %, max ≤ 20 %) is reported beside
+the status, not folded into it.
 """
 from __future__ import annotations
 
@@ -34,6 +39,7 @@ import numpy as np
 from scipy.optimize import least_squares
 
 from mens.calibrate.records import record_components
+from mens.calibrate.screens import screen
 from mens.plan.memory import model_digest
 
 PARAMS = ("weights", "trainable", "gradients", "optimizer")
@@ -45,12 +51,11 @@ BASE_WORDS = ("transformers", "peft", "trl", "axolotl", "llama-factory", "llamaf
 OWN_WORDS = (("torchtune", "torchtune"), ("lit-gpt", "litgpt"), ("litgpt", "litgpt"),
              ("unsloth", "unsloth"), ("fsdp_qlora", "answerai-fsdp-qlora"))
 U_MIN = 0.02
-ACT_RANGE = (0.33, 2.0)   # a source's own activation coefficient outside this: inconsistent
-MIN_ACT_SHARE = 0.15      # ...judged only where activations are this share of its peaks
-PRIOR = 0.05              # pull of each coefficient toward the analytic 1 (one record's 5 %)
+# the pull of each coefficient toward the analytic 1 (0.05: as one record's 5 % error would
+# pull it): chosen per fit among these by leave-one-source-out over that fit's own rows
+PRIORS = (0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0)
 MIN_SOURCES, MIN_RECORDS = 2, 3
 TARGET = {"median_abs_pct": 10.0, "max_abs_pct": 20.0}   # issue #26's accuracy targets
-COVER = 90                # the margin covers this percentile of held-out under-predictions
 
 
 def framework_key(text: str) -> str:
@@ -76,7 +81,7 @@ def _fw(r: dict) -> str:
     return framework_key(r["framework"])
 
 
-def solve(recs: list[dict], cols: list[tuple]) -> dict:
+def solve(recs: list[dict], cols: list[tuple], prior: float = 0.05) -> dict:
     """Per framework a and o, and g — how much of its count a run without checkpointing keeps
     of the L layers' activations, relative to one with (shared: the same kernels keep the same
     tensors whoever calls them) — all ≥ 0 with p held at 1, minimising relative errors under a
@@ -97,15 +102,16 @@ def solve(recs: list[dict], cols: list[tuple]) -> dict:
         a, o, g = x[:k][f_of], x[k:2 * k][f_of], x[-1]
         pred = P + a * np.where(N > 0, g, 1.0) * A + o * O
         # a framework seen in few rows (or one model) cannot tell its terms apart: each
-        # coefficient is pulled toward the analytic 1 as one record's 5 % error would pull it
-        return np.concatenate([w * (pred - y), PRIOR * (x - 1.0)])
+        # coefficient is pulled toward the analytic 1 (how hard: `prior`, chosen by choose())
+        return np.concatenate([w * (pred - y), prior * (x - 1.0)])
     x = least_squares(resid, np.ones(2 * k + 1), bounds=(0, np.inf), loss="soft_l1",
                       f_scale=0.05).x
     acts = {f: float(v) for f, v in zip(fws, x[:k])}
     over = {f: float(v) for f, v in zip(fws, x[k:2 * k])}
     return {"params": 1.0, "frameworks": acts, "overheads": over, "nockpt": float(x[-1]),
             "mens": acts.get("mens-like", float(statistics.median(acts.values()))),
-            "overhead": over.get("mens-like", float(statistics.median(over.values())))}
+            "overhead": over.get("mens-like", float(statistics.median(over.values()))),
+            "prior": prior}
 
 
 def predict(col: tuple, fit: dict, framework: str | None) -> float:
@@ -115,96 +121,126 @@ def predict(col: tuple, fit: dict, framework: str | None) -> float:
     return fit["params"] * p + act * (fit["nockpt"] if nockpt else 1.0) * a + over * o
 
 
-def inconsistent(recs: list[dict], cols: list[tuple]) -> dict[tuple, str]:
-    """{(source, model): why} for a source's series of one model whose rows, taken together,
-    keep activations outside ACT_RANGE of what their stated configs keep (params and overhead
-    as counted): the config a series states is then not what ran (ms-swift's checkpointed Yi-6B
-    rows grow by ~3 MB a token, what the model counts without checkpointing). Judged only
-    where activations are a real share of the peaks. Such rows would teach every other
-    source's cells a gap that is theirs alone: they are left out of the memory fit, said."""
-    out = {}
-    for key in sorted({(r["source"], r["rung"]["name"]) for r in recs}):
-        idx = [i for i, r in enumerate(recs) if (r["source"], r["rung"]["name"]) == key]
-        y = np.array([recs[i]["measured_peak_bytes"] for i in idx], float)
-        p, a, o = (np.array([cols[i][j] for i in idx], float) for j in range(3))
-        w = 1.0 / y
-        if float(np.mean(a / (p + a + o))) < MIN_ACT_SHARE:   # too little to judge by
-            continue
-        coef = float((w * (y - p - o)) @ (w * a) / ((w * a) @ (w * a)))
-        if not ACT_RANGE[0] <= coef <= ACT_RANGE[1]:
-            out[key] = (f"{key[1]} rows of {key[0]} keep {coef:.2f}× the activations their "
-                        f"stated configs keep (outside {ACT_RANGE[0]:g}–{ACT_RANGE[1]:g}×): the "
-                        f"configs do not describe what ran (their throughput still counts)")
-    return out
-
-
-def leave_one_source_out(recs: list[dict], cols: list[tuple]) -> tuple[list, list[dict]]:
-    """Each record's prediction from a fit without its source (None: too few left to fit),
-    and those fits (their spread is the coefficients' uncertainty: a jackknife by source)."""
+def _loso(recs: list[dict], cols: list[tuple], fit_on) -> tuple[list, dict]:
+    """Each record's prediction by `fit_on(rows, cols)` of the other sources' rows (None: fewer
+    than 3 of them), and those fits by the source they left out."""
     out: list[float | None] = [None] * len(recs)
-    fits = []
+    fits = {}
     for src in sorted({r["source"] for r in recs}):
         keep = [i for i, r in enumerate(recs) if r["source"] != src]
         if len(keep) < 3:
             continue
-        sub = solve([recs[i] for i in keep], [cols[i] for i in keep])
-        fits.append(sub)
+        sub = fit_on([recs[i] for i in keep], [cols[i] for i in keep])
+        if sub is None:
+            continue
+        fits[src] = sub
         for i, r in enumerate(recs):
             if r["source"] == src:
                 out[i] = predict(cols[i], sub, _fw(r))
     return out, fits
 
 
+def choose(recs: list[dict], cols: list[tuple]) -> tuple[float, dict[float, float]]:
+    """The prior among PRIORS whose inner leave-one-source-out over these rows errs least (mean
+    over sources of the mean |log(predicted / measured)|: sources weigh alike), and each one's
+    score. With fewer than two sources nothing can be held out: 0.05 (one record's 5 % pull)."""
+    if len({r["source"] for r in recs}) < 2:
+        return 0.05, {}
+    y = np.array([r["measured_peak_bytes"] for r in recs], float)
+    scores = {}
+    for p in PRIORS:
+        q, _ = _loso(recs, cols, lambda rs, cs, p=p: solve(rs, cs, p))
+        per: dict[str, list[float]] = {}
+        for r, m, v in zip(recs, y, q):
+            if v is not None:
+                per.setdefault(r["source"], []).append(abs(float(np.log(v / m))))
+        scores[p] = float(np.mean([np.mean(e) for e in per.values()])) if per else float("inf")
+    return min(PRIORS, key=lambda p: scores[p]), scores
+
+
+def fit_rows(recs: list[dict], cols: list[tuple]) -> dict | None:
+    """Everything one fit decides from these rows alone: the screens, the prior, the
+    coefficients (None when the screens leave fewer than 3 rows)."""
+    out = screen(recs, cols)
+    keep = [i for i, r in enumerate(recs) if r["id"] not in out]
+    if len(keep) < 3:
+        return None
+    rs, cs = [recs[i] for i in keep], [cols[i] for i in keep]
+    prior, scores = choose(rs, cs)
+    return {**solve(rs, cs, prior), "prior_scores": scores, "screened": out}
+
+
 def fit_external(records: list[dict], contract, margin: float) -> dict:
-    """{cells: {key: cell}, fit: the joint fit, rows: per-record table} over `ok` external
-    records of one-device peaks; {} when there are none."""
+    """{cells: {key: cell}, fit: the joint fit, rows: per-record table, screened: {id: (screen,
+    why)}, folds: {source: what its fold decided}} over `ok` external records of one-device
+    peaks; {} when there are none. Rows the screens leave out of the joint fit are marked
+    `skipped` with their reason (the fit's exclusions list them)."""
     recs = [r for r in records if r.get("kind") == "external" and r.get("status") == "ok"]
     if len(recs) < 4:
         return {}
     cols = [terms(r, contract) for r in recs]
-    bad = inconsistent(recs, cols)
-    series = [(r["source"], r["rung"]["name"]) for r in recs]
-    for r, key in zip(recs, series):
-        if key in bad:   # said in the fit's exclusions (mens.calibrate.fit)
-            r["status"], r["reason"] = "skipped", bad[key]
-    keep = [i for i, key in enumerate(series) if key not in bad]
-    recs, cols = [recs[i] for i in keep], [cols[i] for i in keep]
-    joint = solve(recs, cols)
-    loo, subs = leave_one_source_out(recs, cols)
-    joint["spread"] = {k: max((abs(s[k] - joint[k]) for s in subs), default=0.0)
+    joint = fit_rows(recs, cols)
+    if joint is None:
+        return {}
+    loo, subs = _loso(recs, cols, fit_rows)
+    joint["spread"] = {k: max((abs(s[k] - joint[k]) for s in subs.values()), default=0.0)
                        for k in ("mens", "overhead", "nockpt")}
+    scr = joint["screened"]
     rows = []
     for r, col, q in zip(recs, cols, loo):
         m = r["measured_peak_bytes"]
         fitted = predict(col, joint, _fw(r))
+        name, why = scr.get(r["id"], (None, None))
         rows.append({"id": r["id"], "source": r["source"], "cell": r["cell"],
                      "framework": r["framework"], "gpu": r["gpu"], "model": r["rung"]["name"],
                      "measured_bytes": int(m), "fitted_bytes": int(fitted),
-                     "analytic_bytes": int(sum(col[:3])),
+                     "analytic_bytes": int(sum(col[:3])), "screen": name,
                      "heldout_bytes": None if q is None else int(q),
                      "heldout_pct": None if q is None else round(100 * (m - q) / q, 2)})
+        if why:   # said in the fit's exclusions (mens.calibrate.fit)
+            r["status"] = "skipped"
+            r["reason"] = (f"screened out of the joint fit ({name}): {why}; its held-out error "
+                           f"counts in the all-rows figures")
     cells = {}
-    for key in sorted({r["cell"] for r in recs}):
-        mine = [x for x in rows if x["cell"] == key]
-        cells[key] = _cell(key, mine, joint, contract, margin)
-    return {"cells": cells, "fit": joint, "rows": rows,
-            "inconsistent": {f"{s} / {m}": why for (s, m), why in bad.items()}}
+    for key in sorted({x["cell"] for x in rows if not x["screen"]}):
+        cells[key] = _cell(key, [x for x in rows if x["cell"] == key], joint, contract, margin)
+    folds = {s: {"prior": f["prior"], "screened": sorted(f["screened"])} for s, f in subs.items()}
+    counts = {"published": sum(r.get("kind") == "external" for r in records),
+              "modelled": len(recs), "fitted": len(recs) - len(scr)}
+    return {"cells": cells, "fit": joint, "rows": rows, "folds": folds, "counts": counts,
+            "screened": {i: list(v) for i, v in scr.items()},
+            "inconsistent": {f"{r['source']} / {r['rung']['name']}": scr[r["id"]][1]
+                             for r in recs if scr.get(r["id"], ("",))[0] == "inconsistent"}}
+
+
+def _errors(rows: list[dict]) -> dict:
+    errs = [x["heldout_pct"] for x in rows if x["heldout_pct"] is not None]
+    med = float(statistics.median(abs(e) for e in errs)) if errs else None
+    mx = max((abs(e) for e in errs), default=None)
+    return {"records": len(errs), "median_abs_pct": None if med is None else round(med, 2),
+            "max_abs_pct": None if mx is None else round(mx, 2),
+            "worst_under_prediction_pct": round(max(errs + [100 * U_MIN]), 2),
+            "targets_met": bool(errs) and med <= TARGET["median_abs_pct"]
+            and mx <= TARGET["max_abs_pct"]}
 
 
 def _cell(key: str, rows: list[dict], joint: dict, contract, margin: float) -> dict:
-    errs = [x["heldout_pct"] for x in rows if x["heldout_pct"] is not None]
-    sources = sorted({x["source"] for x in rows})
-    worst_under = max([e / 100 for e in errs] + [U_MIN])
-    cover = max(float(np.percentile([e / 100 for e in errs], COVER)) if errs else 1.0, U_MIN)
-    u = float(np.ceil(cover * 200) / 200)
-    med = float(statistics.median(abs(e) for e in errs)) if errs else None
-    mx = max((abs(e) for e in errs), default=None)
+    """rows: every row of the cell, screened or not. Its margin is what its screened rows'
+    held-out errors earned: the worst under-prediction among them (at least 2 %)."""
+    kept = [x for x in rows if not x["screen"]]
+    screened, every = _errors(kept), _errors(rows)
+    sources = sorted({x["source"] for x in kept})
+    u = float(np.ceil(screened["worst_under_prediction_pct"] / 100 * 200) / 200)
+    out = [x for x in rows if x["heldout_pct"] is not None and x["heldout_pct"] > 100 * u]
+    every["covered"] = every["records"] - len(out)
+    every["not_covered"] = [{"id": x["id"], "heldout_pct": x["heldout_pct"], "screen": x["screen"]}
+                            for x in out]
     why = []
     if len(sources) < MIN_SOURCES:
         why.append(f"records from {len(sources)} source(s) < {MIN_SOURCES}")
-    if len(rows) < MIN_RECORDS:
-        why.append(f"{len(rows)} record(s) < {MIN_RECORDS}")
-    if not errs:
+    if len(kept) < MIN_RECORDS:
+        why.append(f"{len(kept)} record(s) < {MIN_RECORDS}")
+    if not screened["records"]:
         why.append("no record could be held out")
     elif u >= margin:
         why.append(f"the margin its held-out errors earn ({u:.1%}) is no smaller than the "
@@ -225,15 +261,13 @@ def _cell(key: str, rows: list[dict], joint: dict, contract, margin: float) -> d
                                "uncertainty": round(joint["spread"]["overhead"], 6)}},
         "frameworks": {f: round(v, 4) for f, v in joint["frameworks"].items()},
         "sources": sources,
-        "heldout": {"method": "leave-one-source-out", "records": len(errs),
-                    "median_abs_pct": None if med is None else round(med, 2),
-                    "max_abs_pct": None if mx is None else round(mx, 2),
-                    "worst_under_prediction_pct": round(100 * worst_under, 2),
-                    "margin_covers_pct": COVER,
-                    "targets_met": bool(errs) and med <= TARGET["median_abs_pct"]
-                    and mx <= TARGET["max_abs_pct"]},
+        "heldout": {"method": "leave-one-source-out, screens and prior re-decided in each fold",
+                    **screened,
+                    "margin_covers": f"every screened held-out record ({screened['records']}); "
+                                     f"{every['covered']} of all {every['records']}",
+                    "all_rows": every},
         "records": rows,
-        "fitted": {"date": dt.date.today().isoformat(), "n_records": len(rows),
+        "fitted": {"date": dt.date.today().isoformat(), "n_records": len(kept),
                    "evidence": "external"},
     }
     if why:

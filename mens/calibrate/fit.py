@@ -312,7 +312,9 @@ def fit(records: list[dict], contract) -> dict:
                  if r.get("status") != "ok"]
     speed = fit_speed(records + published, contract["speed"]["assumed_mfu"])
     return {"cells": cells, "refused": refused, "excluded": excluded,
-            "external": ext.get("fit"), "external_rows": ext.get("rows", []), "speed": speed}
+            "external": ext.get("fit"), "external_rows": ext.get("rows", []),
+            "external_counts": ext.get("counts"), "external_folds": ext.get("folds"),
+            "speed": speed}
 
 
 def validate(cell: dict, held: list[dict], contract) -> dict:

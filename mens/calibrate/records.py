@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 from typing import Mapping
 
-from mens.calibrate.evidence import is_external, not_binding, to_record
+from mens.calibrate.evidence import is_external, to_record
 from mens.plan.memory import Arch, LaneModel, Shape, components, predict
 from mens.resources import EVIDENCE_DIR
 from mens.run.rundir import RunDir
@@ -78,7 +78,6 @@ def collect(sources) -> tuple[list[dict], list[str]]:
                         continue
                     seen.add(r["id"])
                     records.append(r)
-    not_binding(records)
     return records, problems
 
 

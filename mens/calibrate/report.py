@@ -173,37 +173,68 @@ def scatter(rs: list[dict], path: Path) -> None:
     plt.close(fig)
 
 
+def _e(h: dict, k: str) -> str:
+    return "—" if h.get(k) is None else f"{h[k]} %"
+
+
 def external_text(result: dict) -> list[str]:
-    """The published evidence: the joint fit, each cell's leave-one-source-out figures, every
-    record's held-out error, and the speed model's classes."""
+    """The published evidence: how many rows enter the joint fit and why the rest do not, each
+    cell's leave-one-source-out figures over its screened rows and over all its rows, every
+    record's held-out error, and the speed model's classes and held-out ratios."""
     joint, ext_rows = result.get("external"), result.get("external_rows") or []
     out = ["", "## External evidence (published measurements, leave-one-source-out)", ""]
     if not joint:
         return out + ["none"]
+    n = result.get("external_counts") or {}
     fws = ", ".join(f"{f} {v:.3f}/{joint['overheads'][f]:.3f}"
                     for f, v in sorted(joint["frameworks"].items()))
-    out += [f"joint fit over {len(ext_rows)} records: params × {joint['params']:.3f}; a mens "
-            f"run: activations × {joint['mens']:.3f}, overhead × {joint['overhead']:.3f} (per "
-            f"framework, activations/overhead: {fws})", "",
-            "| cell | status | records | sources | held-out median | held-out max | margin | "
-            "targets (≤ 10 % / ≤ 20 %) |", "|---|---|---|---|---|---|---|---|"]
+    folds = result.get("external_folds") or {}
+    priors = sorted({f["prior"] for f in folds.values()})
+    out += [f"{n.get('published', '?')} published rows; {n.get('modelled', '?')} are one "
+            f"device's peak of a config the memory model has terms for (the rest: see Excluded); "
+            f"the screens (mens.calibrate.screens) set {len(joint['screened'])} of those aside, "
+            f"so {n.get('fitted', '?')} enter the joint fit. Each source is held out in turn "
+            f"with the screens and the prior re-decided on the other sources' rows (priors "
+            f"chosen in the folds: {', '.join(f'{p:g}' for p in priors) or '—'}), and every row "
+            f"of it is predicted, screened or not.", "",
+            f"joint fit: prior {joint['prior']:g} (inner leave-one-source-out); params × "
+            f"{joint['params']:.3f}; a mens run: activations × {joint['mens']:.3f}, overhead × "
+            f"{joint['overhead']:.3f}, no checkpointing × {joint['nockpt']:.3f} (per framework, "
+            f"activations/overhead: {fws})", ""]
+    for label, sel in (("screened", [x for x in ext_rows if not x.get("screen")]),
+                       ("all rows", ext_rows)):
+        e = [abs(x["heldout_pct"]) for x in sel if x["heldout_pct"] is not None]
+        if e:
+            out.append(f"- held out, {label}: {len(e)} records, median |err| "
+                       f"{statistics.median(e):.1f} %, max {max(e):.1f} %")
+    out += ["", "| cell | status | records (screened / all) | sources | held-out median "
+            "(screened / all) | held-out max (screened / all) | margin | all rows it covers | "
+            "targets (≤ 10 % / ≤ 20 %) |", "|---|---|---|---|---|---|---|---|---|"]
     for key, c in sorted(result["cells"].items()):
         h = c.get("heldout") or c.get("external_check")
         if not h:
             continue
+        a = h.get("all_rows") or {}
         status = ("external" if c.get("external") else "calibrated (own records)"
                   if c.get("calibrated") else "fitted, not external")
-        out.append(f"| {key} | {status} | {h['records']} | {len(c.get('sources') or h['sources'])}"
-                   f" | {h['median_abs_pct']} % | {h['max_abs_pct']} % | "
-                   f"{c['uncertainty']:.1%} | {'met' if h.get('targets_met') else 'NOT met'} |")
-        out += [f"|  | not external: {w} | | | | | | |" for w in c.get("not_external", [])]
-    out += ["", "| record | source | cell | measured GiB | analytic GiB | fitted GiB | "
-            "held-out % |", "|---|---|---|---|---|---|---|"]
-    out += [f"| {x['id']} | {x['source']} | {x['cell']} | {x['measured_bytes'] / 2**30:.2f} | "
-            f"{x['analytic_bytes'] / 2**30:.2f} | {x['fitted_bytes'] / 2**30:.2f} | "
-            f"{x['heldout_pct']} |" for x in ext_rows]
-    speed = result.get("speed") or {}
-    out += ["", "## Speed model (tokens/s, leave-one-source-out)", ""]
+        out.append(f"| {key} | {status} | {h['records']} / {a.get('records', '—')} | "
+                   f"{len(c.get('sources') or h['sources'])} | {_e(h, 'median_abs_pct')} / "
+                   f"{_e(a, 'median_abs_pct')} | {_e(h, 'max_abs_pct')} / {_e(a, 'max_abs_pct')} "
+                   f"| {c['uncertainty']:.1%} | {a.get('covered', '—')} of "
+                   f"{a.get('records', '—')} | {'met' if h.get('targets_met') else 'NOT met'} |")
+        out += [f"|  | not external: {w} | | | | | | | |" for w in c.get("not_external", [])]
+        out += [f"|  | not covered: {x['id']} {x['heldout_pct']:+.1f} % ({x['screen']}) | | | | "
+                f"| | | |" for x in a.get("not_covered", [])]
+    out += ["", "| record | source | cell | screen | measured GiB | analytic GiB | fitted GiB | "
+            "held-out % |", "|---|---|---|---|---|---|---|---|"]
+    out += [f"| {x['id']} | {x['source']} | {x['cell']} | {x.get('screen') or ''} | "
+            f"{x['measured_bytes'] / 2**30:.2f} | {x['analytic_bytes'] / 2**30:.2f} | "
+            f"{x['fitted_bytes'] / 2**30:.2f} | {x['heldout_pct']} |" for x in ext_rows]
+    return out + speed_text(result.get("speed") or {})
+
+
+def speed_text(speed: dict) -> list[str]:
+    out = ["", "## Speed model (tokens/s, leave-one-source-out)", ""]
     if speed.get("latency_s_per_layer") is not None:
         out.append(f"- fixed latency per micro-batch step: {1e3 * speed['latency_s_per_layer']:.2f}"
                    f" ms per decoder layer")
@@ -211,6 +242,11 @@ def external_text(result: dict) -> list[str]:
         out.append(f"- {cls}: {v['efficiency']:.1%} of dense bf16 TFLOPS, {v['records']} records "
                    f"from {', '.join(v['sources'])}; held-out median {v['heldout_median_pct']} %, "
                    f"max {v['heldout_max_pct']} %")
+    q = speed.get("heldout_ratio") or {}
+    if q.get("records"):
+        per = ", ".join(f"{s} {v:.2f}×" for s, v in q["by_source"].items())
+        out.append(f"- held-out predicted / measured tokens/s: median {q['median']:.2f}× over "
+                   f"{q['records']} records, {q['within_2x']} within 2×; per source: {per}")
     return out
 
 

@@ -7,7 +7,9 @@ T = b·s tokens on one device takes t = T·(c/η + mem) + L·τ (mens.plan.speed
 compute seconds per token at η = 1, mem the bandwidth-bound seconds per token, L the layers).
 η per kernel class and one τ for all are fitted in log space — each source weighing the same
 however many rows it has — and each source is then left out in turn: its records predicted
-from the others' fit give the held-out error.
+from the others' fit give the held-out error, and the held-out ratio (predicted / measured:
+its median over all rows and per source) says which way the model misses. Nothing here is
+tuned on the rows a fold holds out: η and τ are the only fitted numbers, refitted per fold.
 """
 from __future__ import annotations
 
@@ -103,4 +105,19 @@ def fit_speed(records: list[dict], assumed_mfu: float) -> dict:
                   "heldout_median_pct": round(statistics.median(e), 1) if e else None,
                   "heldout_max_pct": round(max(e), 1) if e else None}
     return {"assumed_mfu": assumed_mfu, "latency_s_per_layer": round(tau, 7), "classes": out,
-            "records": table}
+            "heldout_ratio": ratios(table), "records": table}
+
+
+def ratios(table: list[dict]) -> dict:
+    """Held-out predicted / measured tokens/s: the median over every row a fold could predict
+    and per source (below 1: the model under-predicts that source's speed), and how many rows
+    land within 2× either way."""
+    got = [(x["source"], x["heldout_tokens_per_s"] / x["measured_tokens_per_s"]) for x in table
+           if x["heldout_tokens_per_s"]]
+    by: dict[str, list[float]] = {}
+    for src, q in got:
+        by.setdefault(src, []).append(q)
+    return {"records": len(got),
+            "median": round(statistics.median(q for _, q in got), 3) if got else None,
+            "within_2x": sum(0.5 <= q <= 2.0 for _, q in got),
+            "by_source": {s: round(statistics.median(v), 3) for s, v in sorted(by.items())}}

@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import datetime as dt
 import os
+import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -22,13 +23,7 @@ COLUMNS = ("provider", "gpu", "count", "gpu_memory_gb", "vcpus", "ram_gb", "pric
 PROVIDERS = ("runpod", "vast", "gcp", "lambda", "aws")   # SkyPilot's cloud names (`infra:`)
 # SkyPilot accelerator names → mens hw tiers (conf/hw). The names are the ones SkyPilot's catalog
 # lists (skypilot-catalog catalogs/v8/common/accelerators.csv); only those whose card a tier
-# describes. SkyPilot has no name of its own for the H100 PCIe or the A100 80GB PCIe: plain
-# "H100" and "A100-80GB" cover both boards (RunPod's are its PCIe cards, next to "H100-SXM" and
-# "A100-80GB-SXM"; the shipped GCP, Lambda and Vast rows are SXM). One name, one tier: they stay
-# on the SXM tiers (h100, a100_80g), so a PCIe offer under those names is estimated at SXM speed
-# (H100 PCIe: ~0.76x the TFLOPS; the A100s' 312 TFLOPS are equal). The `source` column names the
-# instance type.
-# "A10" (Azure, Lambda, OCI) is not the A10G; "GH200" and "A40" have no tier.
+# describes. "A10" (Azure, Lambda, OCI) is not the A10G; "GH200" and "A40" have no tier.
 TIER_OF = {
     "H100": "h100", "H100-SXM": "h100", "H100-NVL": "h100_nvl", "H200": "h200", "H200-SXM": "h200",
     "A100-80GB": "a100_80g", "A100-80GB-SXM": "a100_80g", "A100": "a100_40g", "B200": "b200",
@@ -36,6 +31,46 @@ TIER_OF = {
     "RTX6000-Ada": "rtx6000ada", "RTX6000Ada": "rtx6000ada",
     "RTX3090": "rtx3090", "RTX4080S": "rtx4080s", "RTX4090": "rtx4090", "RTX5090": "rtx5090",
 }
+# SkyPilot has no name of its own for the PCIe boards: plain "H100" and "A100-80GB" cover PCIe
+# and SXM alike, and the H100 PCIe runs at ~0.76x the SXM's TFLOPS (756 vs 989), so which board
+# an offer is decides its hours. Per provider, by what the offer lists: its form where the
+# instance type or GPU description says it (Vast "1x-H100_SXM-…", Lambda "gpu_1x_h100_sxm5" /
+# "…_pcie", a refreshed RunPod row's "A100 PCIe"), else the provider's naming: RunPod's plain
+# names ARE its PCIe boards (SkyPilot's fetch_runpod.py renames RunPod's A100-PCIe to
+# A100-80GB and H100-PCIe to H100, beside A100-80GB-SXM / H100-SXM); GCP's a2-ultragpu / a3 and
+# AWS's p4de / p5 are SXM. A plain name whose form neither says is planned on the slower PCIe
+# tier (hours too long rather than too short) and `Offer.board` says so. The listed memory
+# decides the rest: an H100 with 94 GB is the NVL, an "A100" with 80 GB the 80 GB card.
+PLAIN_FORM = {"runpod": "pcie", "gcp": "sxm", "aws": "sxm"}
+BOARD_TIERS = {("H100", "sxm"): "h100", ("H100", "pcie"): "h100_pcie", ("H100", "nvl"): "h100_nvl",
+               ("A100-80GB", "sxm"): "a100_80g", ("A100-80GB", "pcie"): "a100_pcie"}
+
+
+def board(provider: str, gpu: str, memory_gb: float | None, text: str = "") -> tuple[str | None, str]:
+    """(tier, why) of an offer: TIER_OF's, except a plain H100 / A100 mapped to its board by the
+    form it lists (`text`: its instance type and GPU description) or its provider's naming."""
+    name = gpu
+    if gpu == "A100" and (memory_gb or 0) >= 60:
+        name = "A100-80GB"
+    if gpu == "H100" and (memory_gb or 0) >= 90:
+        return "h100_nvl", f"{memory_gb:g} GB listed: the H100 NVL"
+    if name not in ("H100", "A100-80GB"):
+        return TIER_OF.get(gpu), "by name"
+    t = text.upper().replace(" ", "_")
+    said = next((f for f, w in (("nvl", "NVL"), ("pcie", "PCIE"), ("sxm", "SXM"))
+                 if re.search(rf"(?<![A-Z]){w}", t)), None)
+    form = said or PLAIN_FORM.get(provider)
+    spelt = {"sxm": "an SXM", "pcie": "a PCIe", "nvl": "an NVL"}
+    if said:
+        why = f"the offer lists {spelt[said]} board"
+    elif form:
+        why = f"{provider}'s plain {gpu} is {spelt[form]} board"
+    else:
+        form, why = "pcie", (f"{provider} does not say which {gpu} board: planned on the slower "
+                             f"PCIe figures")
+    if name == "A100-80GB" and form == "nvl":
+        form = "pcie"
+    return BOARD_TIERS[(name, form)], why
 
 
 @dataclass(frozen=True)
@@ -60,7 +95,12 @@ class Offer:
 
     @property
     def tier(self) -> str | None:
-        return TIER_OF.get(self.gpu)
+        return board(self.provider, self.gpu, self.gpu_memory_gb, self.source)[0]
+
+    @property
+    def board(self) -> str:
+        """Why this offer plans on its tier (a plain H100 / A100: which board, and from what)."""
+        return board(self.provider, self.gpu, self.gpu_memory_gb, self.source)[1]
 
     def age_days(self, today: dt.date | None = None) -> int:
         return ((today or dt.date.today()) - dt.date.fromisoformat(self.date)).days
@@ -201,7 +241,7 @@ def refresh(sky_dir: Path | str, out: Path | str, today: str | None = None) -> d
             key = (cloud, gpu, count)
             rec = [cloud, gpu, count, _gpu_memory(gpu), vcpus, ram, round(price, 5),
                    round(spot, 5) if spot else "", row.get("Region", ""), today,   # 0: none
-                   f"{f} line {n} ({row.get('InstanceType') or gpu})"]
+                   f"{f} line {n} ({row.get('InstanceType') or gpu}{_listed_board(row)})"]
             if key not in best or price < best[key][6]:
                 best[key] = rec
     if not read:
@@ -218,6 +258,13 @@ def refresh(sky_dir: Path | str, out: Path | str, today: str | None = None) -> d
     from mens.run.rundir import atomic_write
     atomic_write(out, buf.getvalue())
     return {"offers": len(best), "read": read, "skipped_no_tier": skipped, "out": str(out)}
+
+
+def _listed_board(row: dict) -> str:
+    """'; <GPU name>' from a row's GpuInfo when it names a board (RunPod: 'A100 PCIe'), so the
+    form board() reads stays in the catalogue's `source`."""
+    m = re.search(r"'Name':\s*'([^']*)'", row.get("GpuInfo") or "")
+    return f"; {m.group(1)}" if m and re.search(r"PCIE|SXM|NVL", m.group(1).upper()) else ""
 
 
 def _offers_of(cloud: str, rows: list[dict]):

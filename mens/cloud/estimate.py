@@ -4,8 +4,10 @@ For each offer: its GPU's hw tier, the run planned on that tier with the offer's
 (`+hw=<tier> hw.devices=<count>`, through mens.plan.spec.compile_run — the plan `mens plan`
 prints for the same overrides), then
 
-    hours = training tokens ÷ tokens/s (the plan's speed model over the offer's GPUs, fitted on
-            measured throughput; or an assumed `cloud.mfu`) + cloud.setup_hours
+    hours = training tokens × the objective's seconds per record token (mens.plan.speed.Cost:
+            its rows, reference, sampling and oracle, on the plan's speed model over the
+            offer's GPUs, fitted on measured throughput; or the rows at an assumed `cloud.mfu`)
+            + cloud.setup_hours
     cost  = hours × the offer's $/h (on demand; spot where the catalogue has a spot price)
 
 Training tokens and the MFU are estimates and say so; the plan's per-device peak is the
@@ -14,7 +16,6 @@ planner's own number. Imports no torch (planning only).
 from __future__ import annotations
 
 import datetime as dt
-import json
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
@@ -22,8 +23,9 @@ from omegaconf import DictConfig, OmegaConf
 from mens.cloud.catalog import Offer, catalog_path, load, select
 from mens.errors import MensError
 from mens.config.objectives import lane_fields
+from mens.plan.eta import cost_of, hours, training_tokens, user_tokens  # noqa: F401 (their home)
 from mens.plan.memory import GiB
-from mens.resources import CORPORA
+from mens.plan.speed import Cost
 
 ESTIMATE = "estimate.json"
 
@@ -55,78 +57,26 @@ def plan_on(cfg: DictConfig, tier: str, count: int, cache: dict | None = None):
     return out
 
 
-def training_tokens(cfg: DictConfig, spec) -> dict:
-    """Tokens one training run processes: Σ over epochs of the records the curriculum admits ×
-    tokens per record. From the spoke's manifests (no tokenizer needed); an estimate, said."""
-    if cfg.cloud.tokens:
-        return {"tokens": int(cfg.cloud.tokens), "how": "cloud.tokens (given)", "estimate": False}
-    from mens.data.select import user_data
-    if user_data(spec):
-        return user_tokens(cfg, spec)
-    name = spec.spoke.name
-    lengths, manifest = CORPORA / name / "lengths.json", CORPORA / name / "manifest.json"
-    if not (lengths.is_file() and manifest.is_file()):
-        from mens.errors import ConfigError
-        raise ConfigError(f"spoke {name} has no length manifest (lengths.json, manifest.json) to "
-                          f"count its tokens: give `cloud.tokens=<training tokens>`.",
-                          key="cloud.tokens")
-    m = json.loads(lengths.read_text())
-    by_diff = json.loads(manifest.read_text())["counts"]["train"]["by_difficulty"]
-    caps = list(spec.curriculum.caps)
-    epochs = [sum(n for d, n in by_diff.items() if int(d) <= caps[min(e, len(caps) - 1)])
-              for e in range(spec.curriculum.epochs)]
-    per = float(m["p50_tokens"])   # the median record: the manifest keeps no mean
-    how = (f"{name}: {sum(epochs)} records over {len(epochs)} epoch(s) (curriculum caps "
-           f"{caps}) × {per:g} tokens (median record, {m['tokenizer']} tokenizer)")
-    if not spec.rung.tokenizer_bundled:   # rescale to this rung's tokenizer by characters
-        per = per * (m["p99_chars"] / m.get("est_chars_per_token", 3.5)) / m["p99_tokens"]
-        how += (f", rescaled to ~{per:.0f} for {spec.rung.name}'s tokenizer at "
-                f"{m.get('est_chars_per_token', 3.5)} chars/token (assumed)")
-    return {"tokens": int(sum(epochs) * per), "how": how, "estimate": True}
-
-
-def user_tokens(cfg: DictConfig, spec) -> dict:
-    """The user's data (data=file|hf): its training records' tokens, each cut at the run's
-    seq_len (packed rows carry no padding), × the curriculum's epochs. Measured with the run's
-    tokenizer where it is here (mens.data.lengths, cached), else estimated from characters."""
-    from mens.data import lengths as L
-    from mens.data.select import data_label, dataset
-
-    ds = dataset(spec.data, spec.lane.objective, spec.curriculum.phases)
-    enc = L.encoder(cfg)
-    lens = L.lengths(ds, enc)["train"] if enc is not None else L.estimate(ds)
-    seq = spec.train.seq_len
-    per_epoch = sum(min(t, seq) for t, _ in lens)
-    epochs = spec.curriculum.epochs
-    counted = (f"measured with the {spec.rung.name} tokenizer" if enc is not None else
-               "estimated at 3.5 characters per token: the tokenizer is not here")
-    how = (f"your data {data_label(spec.data)}: {len(lens):,} training records, "
-           f"{per_epoch:,} tokens per epoch (each cut at seq_len {seq}; {counted}) × "
-           f"{epochs} epoch(s)")
-    return {"tokens": per_epoch * epochs, "how": how, "estimate": enc is None}
-
-
-def rate(cfg: DictConfig, spec, plan) -> tuple[float | None, str]:
-    """(tokens/s over the run's devices, what it stands on): the plan's speed model (mens.plan.
-    speed, fitted on measured throughput), or with `cloud.mfu` an assumed MFU instead."""
+def rate(cfg: DictConfig, spec, plan) -> tuple[Cost | None, str]:
+    """(what the run spends per record token, what its training rows' speed stands on): the
+    plan's cost (mens.plan.speed: the speed model fitted on measured throughput, and the
+    objective's rows, reference, sampling and oracle), or with `cloud.mfu` the same cost with
+    the rows at an assumed MFU instead."""
     if not spec.hw.tflops_bf16:
         return None, f"{spec.hw.name} states no TFLOPS (hw.tflops_bf16): no time estimate"
     mfu = cfg.cloud.mfu
     if mfu:
         from mens.plan.memory import Arch
-        from mens.plan.speed import flops_per_token
-        s = plan.shape
-        fpt = flops_per_token(Arch.of(spec.rung), spec.lane.method, s.checkpointing, s.seq_len)
-        world = getattr(plan, "world_size", 1)
-        return (world * spec.hw.tflops_bf16 * 1e12 * mfu / fpt,
-                f"ASSUMED {mfu:.0%} MFU of the tier's dense bf16 TFLOPS (cloud.mfu)")
-    return plan.est_tokens_per_s, (plan.speed or {}).get("how", "")
-
-
-def hours_for(tokens: int, tokens_per_s: float | None, setup: float) -> float | None:
-    if not tokens_per_s:
-        return None
-    return tokens / tokens_per_s / 3600 + setup
+        from mens.plan.spec import lane_model
+        from mens.plan.speed import objective_cost
+        lane = lane_model(spec.lane, spec.lane.precision, spec.train.init_adapter,
+                          spec.spoke.admission.check, spec.plan.contract)
+        cost = objective_cost(Arch.of(spec.rung), lane, plan.shape, spec.hw.tflops_bf16,
+                              getattr(spec.hw, "bandwidth_gbs", None),
+                              getattr(plan, "world_size", 1), {"assumed_mfu": mfu},
+                              roofline=False, assumed_from="cloud.mfu")
+        return cost, f"ASSUMED {mfu:.0%} MFU of the tier's dense bf16 TFLOPS (cloud.mfu)"
+    return cost_of(plan), (plan.speed or {}).get("how", "")
 
 
 def shape_of(plan) -> dict:
@@ -135,28 +85,32 @@ def shape_of(plan) -> dict:
             "global_batch": plan.global_batch, "checkpointing": s.checkpointing}
 
 
-def estimate_offer(cfg: DictConfig, o: Offer, tokens: int, cache: dict, today) -> dict:
+def estimate_offer(cfg: DictConfig, o: Offer, tokens: dict, cache: dict, today) -> dict:
     c = cfg.cloud
     rec = {**o.to_dict(), "tier": o.tier, "reasons": []}
     try:
         spec, plan = plan_on(cfg, o.tier, o.count, cache)
     except MensError as e:   # e.g. QLoRA unsupported: the offer is unusable, said why
         rec.update(fits=False, per_device_peak_gb=None, est_hours=None, est_cost_usd=None,
-                   tokens_per_s=None, speed_how=None,
+                   tokens_per_s=None, row_tokens_per_s=None, speed_how=None, objective=None,
                    spot_cost_usd=None, strategy=None, world_size=o.count, shape=None)
         rec["reasons"].append(f"cannot plan: {e.message}")
         return rec
     world = getattr(plan, "world_size", 1)
-    tps, how = rate(cfg, spec, plan)
-    hours = hours_for(tokens, tps, c.setup_hours)
-    rec.update(tokens_per_s=None if tps is None else round(tps, 1), speed_how=how,
+    cost, how = rate(cfg, spec, plan)
+    run_h = hours(cost, tokens, spec, plan)
+    hours_ = None if run_h is None else run_h + c.setup_hours
+    rec.update(
+        tokens_per_s=None if cost is None else round(cost.record_tokens_per_s, 1),
+        row_tokens_per_s=None if cost is None else round(cost.row_tokens_per_s, 1),
+        speed_how=how, objective=None if cost is None else objective_line(cost),
         fits=plan.fits, strategy=getattr(plan, "strategy", "single"), world_size=world,
         per_device_peak_gb=round(plan.peak_bytes / GiB, 3),
         budget_gb=round(plan.budget_bytes / GiB, 3), shape=shape_of(plan),
-        est_hours=None if hours is None else float(f"{hours:.4g}"),   # 4 significant digits
-        est_cost_usd=None if hours is None else round(hours * o.price_hour, 2),
-        spot_cost_usd=None if hours is None or o.spot_price_hour is None
-        else round(hours * o.spot_price_hour, 2))
+        est_hours=None if hours_ is None else float(f"{hours_:.4g}"),   # 4 significant digits
+        est_cost_usd=None if hours_ is None else round(hours_ * o.price_hour, 2),
+        spot_cost_usd=None if hours_ is None or o.spot_price_hour is None
+        else round(hours_ * o.spot_price_hour, 2))
     if not plan.fits:
         rec["reasons"].append(
             f"does not fit: {plan.peak_bytes / GiB:.1f} GiB per device predicted (smallest "
@@ -194,9 +148,9 @@ def estimate(cfg: DictConfig, today: dt.date | None = None) -> dict:
             usable.append(o)
     cache: dict = {}
     base_spec, base_plan = plan_on(cfg, usable[0].tier, 1, cache) if usable else (None, None)
-    tok = training_tokens(cfg, base_spec) if base_spec else {"tokens": 0, "how": "", "estimate": True}
-    rows = sorted((estimate_offer(cfg, o, tok["tokens"], cache, today) for o in usable),
-                  key=rank_key)
+    tok = training_tokens(cfg, base_spec) if base_spec else \
+        {"tokens": 0, "distinct": 0, "how": "", "estimate": True}
+    rows = sorted((estimate_offer(cfg, o, tok, cache, today) for o in usable), key=rank_key)
     oldest = min((o.date for o in offers), default=None)
     age = (today - dt.date.fromisoformat(oldest)).days if oldest else None
     c = cfg.cloud
@@ -206,6 +160,7 @@ def estimate(cfg: DictConfig, today: dt.date | None = None) -> dict:
         "catalogue_stale": age is not None and age > c.max_age_days,
         "tokens": tok, "mfu": c.mfu, "setup_hours": c.setup_hours,
         "speed": speed_lines(rows),
+        "objective": objective_lines(cfg, base_spec, base_plan),
         "assumptions": [
             "throughput scales linearly with the offer's GPU count (an ASSUMPTION: "
             "communication is not modelled in time)",
@@ -226,6 +181,23 @@ def speed_lines(rows: list[dict]) -> list[str]:
         if how and how not in seen:
             seen.append(how)
     return seen
+
+
+def objective_line(cost: Cost) -> str:
+    return (f"{cost.objective}: per record {cost.per_record} → "
+            f"{cost.record_tokens_per_s / cost.sft_record_tokens_per_s:.2f}× SFT's record "
+            f"tokens/s at the same shape")
+
+
+def objective_lines(cfg: DictConfig, spec, plan) -> dict:
+    """What the objective spends beyond SFT's rows, what of it is measured and what assumed —
+    once for every offer (the parts are the same model on every tier)."""
+    cost = rate(cfg, spec, plan)[0] if spec is not None else None
+    if cost is None:
+        return {"lines": [], "measured": [], "assumed": []}
+    return {"lines": [objective_line(cost), f"rows counted from the code: {cost.where}"],
+            "measured": [m for m in cost.measured if not m.startswith("training rows")],
+            "assumed": [a for a in cost.assumed if not a.startswith("training rows")]}
 
 
 def render(result: dict, top: int) -> str:
@@ -273,6 +245,13 @@ def render(result: dict, top: int) -> str:
               f"and dates per offer in estimate.json")
     for how in result.get("speed", []):
         con.print(f"speed: {how}")
+    obj = result.get("objective") or {}
+    for line in obj.get("lines", []):
+        con.print(f"objective {line}")
+    for line in obj.get("measured", []):
+        con.print(f"measured: {line}")
+    for line in obj.get("assumed", []):
+        con.print(f"assumption: {line}")
     for a in result["assumptions"]:
         con.print(f"assumption: {a}")
     return buf.getvalue().rstrip()

@@ -31,9 +31,21 @@ def case_config(cfg: DictConfig, rung: str, lane: str) -> DictConfig:
     c = cfg.copy()
     c.rung = OmegaConf.merge(OmegaConf.structured(schema.RungConfig),
                              OmegaConf.load(option_path("rung", rung)))
-    c.lane = OmegaConf.merge(OmegaConf.structured(schema.LaneConfig),
-                             OmegaConf.load(option_path("lane", lane)))
+    c.lane = OmegaConf.merge(OmegaConf.structured(schema.LaneConfig), lane_option(lane))
     return c
+
+
+def lane_option(name: str):
+    """A lane option file with its own defaults list applied, as Hydra composes it (dpo.yaml:
+    `defaults: [lora, _self_]`: the lora lane, then dpo's keys over it)."""
+    from mens.resources import option_path
+
+    raw = OmegaConf.load(option_path("lane", name))
+    order = list(raw.pop("defaults", None) or ["_self_"])
+    out = OmegaConf.create({})
+    for d in order:
+        out = OmegaConf.merge(out, raw if d == "_self_" else lane_option(str(d)))
+    return out
 
 
 def gguf_choice(rung_cfg, budget_gb: float) -> dict:
@@ -55,7 +67,8 @@ def gguf_choice(rung_cfg, budget_gb: float) -> dict:
 
 
 def plan_case(cfg: DictConfig, rung: str, lane: str, tokens_cache: dict) -> dict:
-    from mens.cloud.estimate import hours_for, rate, shape_of, training_tokens
+    from mens.cloud.estimate import objective_line, rate, shape_of
+    from mens.plan.eta import hours, training_tokens
     from mens.plan.spec import compile_run
 
     c = case_config(cfg, rung, lane)
@@ -65,15 +78,17 @@ def plan_case(cfg: DictConfig, rung: str, lane: str, tokens_cache: dict) -> dict
     except MensError as e:
         return {**rec, "fits": False, "error": e.message}
     tok = tokens_cache.setdefault(rung, training_tokens(c, spec))
-    tps, how = rate(c, spec, plan)
-    hours = hours_for(tok["tokens"], tps, 0.0)
+    cost, how = rate(c, spec, plan)
+    h = hours(cost, tok, spec, plan)
     rec.update(fits=plan.fits, peak_gb=round(plan.peak_bytes / GiB, 3),
                budget_gb=round(plan.budget_bytes / GiB, 3),
                headroom_gb=round(plan.headroom_bytes / GiB, 3), shape=shape_of(plan),
                strategy=getattr(plan, "strategy", "single"),
                world_size=getattr(plan, "world_size", 1), tokens=tok["tokens"],
-               est_hours=None if hours is None else round(hours, 3),
-               tokens_per_s=None if tps is None else round(tps, 1), speed_how=how,
+               est_hours=None if h is None else round(h, 3),
+               tokens_per_s=None if cost is None else round(cost.record_tokens_per_s, 1),
+               speed_how=how, objective=None if cost is None else objective_line(cost),
+               assumed=[] if cost is None else list(cost.assumed),
                gguf=gguf_choice(spec.rung, plan.budget_bytes / GiB), cloud=None)
     if not plan.fits:
         from mens.cloud.estimate import estimate
@@ -89,13 +104,19 @@ def recommend(cfg: DictConfig) -> dict:
     return {"hw": hw.name, "memory_gb": hw.memory_gb, "spoke": cfg.spoke.name,
             "mfu": cfg.cloud.mfu, "cases": cases, "paragraph": paragraph(cfg, cases),
             "assumptions": assumptions(cfg, tokens) + [
-                f"speed: {h}" for h in dict.fromkeys(c.get("speed_how") for c in cases) if h]}
+                f"speed: {h}" for h in dict.fromkeys(c.get("speed_how") for c in cases) if h]
+            + [f"objective {h}" for h in dict.fromkeys(c.get("objective") for c in cases)
+               if h and not h.startswith("sft:")]
+            + list(dict.fromkeys(a for c in cases for a in c.get("assumed") or []
+                                 if not a.startswith("training rows")))}
 
 
 def assumptions(cfg: DictConfig, tokens: dict) -> list[str]:
     out = ["local time from the plan's speed model (the contract's `speed:`, fitted on measured "
            "throughput; per case in recommendation.json `speed_how`), or an ASSUMED cloud.mfu "
-           "when given; shown only when the tier states its TFLOPS",
+           "when given, times what each lane's objective spends per record (its rows, "
+           "reference, sampling and oracle: `objective` per case); shown only when the tier "
+           "states its TFLOPS",
            f"GGUF sizes from bits per weight ({', '.join(f'{t} {b:g}' for t, b in GGUF_BPW)}: "
            f"llama.cpp's table for a 7B Llama, approximate for other models) plus a "
            f"{SERVE_CONTEXT}-token KV cache and {SERVE_OVERHEAD_GB:g} GiB of runtime, against "

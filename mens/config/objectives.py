@@ -24,6 +24,39 @@ ORACLE_WORKERS = 2
 
 
 @dataclass(frozen=True)
+class StepCost:
+    """What one record costs in a training step, counted from the objective's code (`where`):
+    the planner times each part (mens.plan.speed.objective_cost) instead of costing every
+    objective as SFT's one row."""
+    grad: tuple[int, ...]        # rows per record in each forward + backward pass of the step
+    forward: int = 0             # rows per record scored without grad inside the step
+    reference: int = 0           # rows per record the reference scores once, before training
+    samples: int = 0             # completions per record sampled in the step, token by token
+    oracle: bool = False         # the step waits for the oracle's verdicts on its samples
+    where: str = ""              # the code that runs them (said in the plan)
+    forward_what: str = "forward"   # what the no-grad rows are (kto: KL rows; grpo: reference)
+
+    def words(self, tokens: int = 0) -> str:
+        """One line: 'per record 2 policy rows + 2 reference forwards (once, before training)'."""
+        def n(k, what):
+            return f"{k} {what}{'s' if k != 1 else ''}"
+        rows = sum(self.grad)
+        passes = f" in {len(self.grad)} passes: {' + '.join(map(str, self.grad))}" \
+            if len(self.grad) > 1 else ""
+        parts = [n(rows, "policy row") + f" (forward + backward{passes})"]
+        if self.samples:
+            parts.insert(0, n(self.samples, "sampled completion") +
+                         (f" of {tokens} tokens" if tokens else "") + " decoded token by token")
+        if self.forward:
+            parts.append(n(self.forward, self.forward_what) + " without grad in the step")
+        if self.reference:
+            parts.append(n(self.reference, "reference forward") + " (once, before training)")
+        if self.oracle:
+            parts.append("the oracle's verdicts")
+        return " + ".join(parts)
+
+
+@dataclass(frozen=True)
 class Card:
     name: str
     record: str                      # the record kind one training example is (RECORDS)
@@ -34,6 +67,9 @@ class Card:
     #                                  False: precomputed once before training (dpo)
     memory_terms: tuple[str, ...]    # what the planner models for it (mens.plan.memory): rows
     #                                  and passes, and the components named as they are there
+    # (rows per record: rows_per_record, reference: needs_reference) → what a record costs in
+    # time (mens.plan.speed); rows is the group size G for grpo
+    cost: Callable[[int, bool], StepCost] = lambda rows, ref: StepCost((rows,))
 
     @property
     def packs(self) -> bool:
@@ -44,6 +80,9 @@ class Card:
     def record_kinds(self) -> tuple[str, ...]:
         """The record kinds the data stage may hand this objective (its own first)."""
         return (self.record, *self.accepts)
+
+    def step_cost(self, rows: int, reference: bool) -> StepCost:
+        return self.cost(int(rows), bool(reference))
 
     def rows_per_record(self, lane) -> int:
         return int(self.rows(lane))
@@ -76,22 +115,44 @@ def section(lane, name: str):
 
 
 CARDS = {
-    "sft": Card("sft", "chat", (), lambda lane: 1, "none", False, ()),
+    "sft": Card("sft", "chat", (), lambda lane: 1, "none", False, (),
+                lambda g, ref: StepCost((1,), where="mens/objective/sft.py: one packed row")),
     # chosen and rejected of each pair in one micro-batch: twice the rows
     "dpo": Card("dpo", "pairs", (), lambda lane: 2, "always", False,
-                ("pair_rows", "reference_pass")),
+                ("pair_rows", "reference_pass"),
+                lambda g, ref: StepCost((2,), reference=2 if ref else 0, where=(
+                    "mens/objective/dpo.py: Dpo.step scores chosen + rejected rows; "
+                    "Dpo.prepare scores both with the reference once (reference_logps)"))),
     # ORPO's NLL (TRL's: prompt + answer) runs the chosen rows a second time: three rows
-    "orpo": Card("orpo", "pairs", (), lambda lane: 3, "none", False, ("pair_rows",)),
-    "simpo": Card("simpo", "pairs", (), lambda lane: 2, "none", False, ("pair_rows",)),
+    "orpo": Card("orpo", "pairs", (), lambda lane: 3, "none", False, ("pair_rows",),
+                 lambda g, ref: StepCost((2, 1), where=(
+                     "mens/objective/orpo.py: Orpo.step scores chosen + rejected rows, then the "
+                     "chosen rows again for the NLL (prompt_and_answer); no reference"))),
+    "simpo": Card("simpo", "pairs", (), lambda lane: 2, "none", False, ("pair_rows",),
+                  lambda g, ref: StepCost((2,), where=(
+                      "mens/objective/simpo.py: Simpo.step scores chosen + rejected rows; "
+                      "no reference"))),
     # unpaired: a pair becomes a desirable and an undesirable record (mens.data.formats.unpair)
     # the reference (both rows: the completion and its KL row) precomputed, as dpo's
     "kto": Card("kto", "labeled", ("pairs",), lambda lane: 1, "always", False,
-                ("reference_pass",)),
+                ("reference_pass",),
+                lambda g, ref: StepCost((1,), forward=1, reference=2 if ref else 0,
+                                        forward_what="KL-row forward", where=(
+                    "mens/objective/kto.py: Kto.step scores the completion row, and its KL row "
+                    "under no_grad; Kto.prepare scores both with the reference once"))),
     "grpo": Card("grpo", "prompts", ("chat", "pairs"),
                  lambda lane: int(section(lane, "grpo").num_generations), "when_beta", True,
-                 ("group_rows", "generation", "reference_copy", "oracle_procs")),
+                 ("group_rows", "generation", "reference_copy", "oracle_procs"),
+                 lambda g, ref: StepCost((g,), forward=g if ref else 0, samples=g, oracle=True,
+                                         forward_what="reference forward", where=(
+                     "mens/objective/grpo.py: Grpo.step samples G completions (HF generate), "
+                     "waits for the oracle, scores the G rows (completion_logps) and, when "
+                     "grpo.beta > 0, the reference's log-probs of them (no grad)"))),
 }
-assert tuple(CARDS) == OBJECTIVES
+if tuple(CARDS) != OBJECTIVES:   # mens's own registry, checked at import (`python -O` too)
+    raise RuntimeError(f"mens.config.objectives.CARDS ({', '.join(CARDS)}) and "
+                       f"mens.config.schema.OBJECTIVES ({', '.join(OBJECTIVES)}) disagree: every "
+                       f"objective needs one card, in the same order.")
 
 
 def card(lane_or_name) -> Card:

@@ -21,7 +21,7 @@ DPO_LOSSES = ("sigmoid", "hinge", "ipo")
 # objectives' torch-free facts are their cards in mens.config.objectives
 METHODS = ("lora", "qlora", "full")
 OBJECTIVES = ("sft", "dpo", "orpo", "simpo", "kto", "grpo")
-GRPO_LOSSES = ("dapo", "grpo", "bnpo")      # TRL's GRPOConfig loss_type names (dapo: its default)
+GRPO_LOSSES = ("dapo", "grpo", "bnpo", "dr_grpo")   # TRL GRPOConfig.loss_type (dapo: default)
 GRPO_REWARDS = ("pass", "partial", "teacher")   # mens.objective.rewards.KINDS
 GRPO_SCALES = ("group", "batch", "none")         # TRL's scale_rewards
 
@@ -207,7 +207,7 @@ class GrpoConfig:
     #                                  defaults to 0, DeepSeekMath's GRPO used 0.04
     epsilon: float = 0.2             # the clip's lower side
     epsilon_high: Optional[float] = None   # the clip's upper side; null: epsilon
-    loss_type: str = "dapo"          # dapo | grpo | bnpo (GRPO_LOSSES; TRL's default dapo)
+    loss_type: str = "dapo"          # dapo | grpo | bnpo | dr_grpo (GRPO_LOSSES; TRL's default)
     reward: str = "partial"          # pass | partial (the spoke's own oracle; partial: the share
     #                                  of an answer's pieces that pass) | teacher (the teacher= judge)
     scale_rewards: str = "group"     # group | batch | none (TRL's scale_rewards; none: Dr. GRPO)

@@ -20,6 +20,7 @@ import random
 from pathlib import Path
 from typing import Iterator
 
+from mens.data import tools as T
 from mens.data.formats import kind, turns
 from mens.errors import ConfigError, DataError  # noqa: F401  (DataError: raised here)
 from mens.resources import CORPORA
@@ -44,6 +45,30 @@ def _messages_problem(msgs, key: str, last_role: str | None = None) -> str | Non
             return f"`{key}[{i}].role` is {m.get('role')!r}; roles are {', '.join(sorted(ROLES))}"
     if last_role and msgs[-1]["role"] != last_role:
         return f"`{key}` must end with a {last_role} message, not {msgs[-1]['role']}"
+    return None
+
+
+def _tools_problem(rec: dict, lists: tuple[str, ...]) -> tuple[str, str] | None:
+    """Tool use kept as structure, in the canonical form mens.data.tools gives user data (the
+    trainer takes corpus records as they are): `tools` in OpenAI's form, every call naming one of
+    them with an arguments object, every tool turn answering a call of the turn before it."""
+    tools = rec.get("tools")
+    try:
+        names = T.tool_names(T.normalize_tools(tools)) if tools is not None else None
+        if tools is not None and T.normalize_tools(tools) != tools:
+            return "tools", ("`tools` must be OpenAI's form, [{\"type\": \"function\", "
+                             "\"function\": {\"name\", \"description\", \"parameters\"}}]")
+        for k in lists:
+            msgs = [dict(m) for m in rec[k]]
+            for i, m in enumerate(msgs):
+                calls = T.message_calls(m, f"{k}[{i}]", m["role"], False, names)
+                if calls != (m.get("tool_calls") or []):
+                    return k, (f"`{k}[{i}].tool_calls` must be OpenAI's form, [{{\"id\", "
+                               f"\"type\": \"function\", \"function\": {{\"name\", "
+                               f"\"arguments\": {{…}}}}}}]")
+            T.link_results(msgs, k)
+    except T.ToolError as e:
+        return e.key, e.why
     return None
 
 
@@ -82,7 +107,7 @@ def validate(rec) -> tuple[str, str] | None:
             return "messages", problem
         if not any(m["role"] == "assistant" for m in rec["messages"]):
             return "messages", "`messages` has no assistant turn: nothing to learn from"
-    return None
+    return _tools_problem(rec, ("prompt", "chosen", "rejected") if pair else ("messages",))
 
 
 def load_jsonl(path: Path | str) -> list[dict]:
@@ -230,8 +255,15 @@ def load_eval(spoke_cfg, data_dir: Path | str = DATA_DIR) -> list[dict]:
 
 
 def render(rec: dict, answer: str = "chosen") -> str:
-    """ChatML text of a record as the trainer sees it; a pair renders prompt + `answer`."""
+    """ChatML text of a record as the trainer sees it on the tiny rung; a pair renders prompt +
+    `answer`. A record that uses tools goes through the tiny rung's template itself
+    (mens.data.chat_template.CHATML: its schemas in the system turn, its calls as <tool_call>
+    blocks); without tools that template writes exactly CHATML per message."""
     msgs = turns(rec, answer)
+    if rec.get("tools") or any(m.get("tool_calls") for m in msgs):
+        from mens.data.chat_template import CHATML as TEMPLATE, render as render_template
+
+        return render_template(TEMPLATE, msgs, {}, tools=rec.get("tools"))
     return "".join(CHATML.format(role=m["role"], content=m["content"]) for m in msgs)
 
 

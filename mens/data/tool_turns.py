@@ -46,10 +46,11 @@ class ToolTurns:
         if not tools and not called:
             return msgs, None, {}, None
         if self.tool_format == "hermes":
-            return (*TS.hermes_messages(msgs, tools), None, (
+            hermes, turns = TS.hermes_messages(msgs, tools)
+            return hermes, None, turns, (
                 "data.tool_format=hermes: tool schemas go into the system turn and calls are "
                 "written as <tool_call> JSON blocks, tool results as <tool_response> user turns "
-                f"(the chat template {self.origin or '(inline)'} renders them as text)"))
+                f"(the chat template {self.origin or '(inline)'} renders them as text)")
         if not self.renders_tools():
             raise DataError(
                 f"the chat template ({self.origin or 'inline'}) cannot render tools: it writes no "

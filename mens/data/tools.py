@@ -15,12 +15,14 @@ writes the calls in its own syntax (Qwen's <tool_call> JSON, Llama 3.1's JSON ob
   * a tool-call turn's null `content` becomes "" (Qwen3's template tests `'</think>' in content`).
   * a tool's schema in the bare form {name, description, parameters} (ShareGPT/LLaMA-Factory,
     `data.tools` files) is wrapped as OpenAI's {"type": "function", "function": …}.
-  * a tool turn without `tool_call_id` gets the id of the call it answers, when that call has one.
+  * a call without an id gets a stable 9-character one (Mistral's template demands them), and a
+    tool turn without `tool_call_id` gets the id of the call it answers.
 Every problem is a formats.Bad naming the field; the caller adds file:line (exit 2), or skips and
 counts the record under `data.on_bad=skip`. No torch.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 
 
@@ -127,20 +129,38 @@ def message_calls(m: dict, key: str, role: str, sharegpt_call: bool, names) -> l
     return []
 
 
+def call_id(turn: int, j: int, call: dict) -> str:
+    """A call's id where the data gives none: 9 characters of [0-9a-f], derived from its place
+    and content (stable across runs) — Mistral's template refuses other ids (it checks length 9,
+    as vLLM's Mistral parser writes them); other families' templates do not render ids."""
+    blob = json.dumps([turn, j, call["function"]], sort_keys=True, ensure_ascii=False)
+    return hashlib.sha256(blob.encode()).hexdigest()[:9]
+
+
 def link_results(msgs: list[dict], key: str) -> None:
     """Every tool turn answers a call of the assistant turn before it (by `tool_call_id`, else by
-    `name`, else in order); it takes that call's id when it has none. Raises ToolError for a tool
-    turn that answers no call. Mutates msgs (ids filled in)."""
+    `name`, else in order); it takes that call's id when it has none, and a call without an id
+    gets one (call_id). Raises ToolError for a tool turn that answers no call — unless the
+    record makes no structured call at all and the turn names no call id (tool use written as
+    text). Mutates msgs."""
     pending: list[dict] = []
+    # a record with no structured call writes its calls as text in `content` (mens's corpora
+    # before issue #38, many users' data): its tool turns answer those and train as text
+    structured = any(m.get("tool_calls") for m in msgs)
     for i, m in enumerate(msgs):
         role = m["role"]
         if role == "assistant":
+            for j, c in enumerate(m.get("tool_calls") or []):
+                if not c.get("id"):
+                    m["tool_calls"][j] = {"id": call_id(i, j, c), **c}
             pending = list(m.get("tool_calls") or [])
             continue
         if role != "tool":
             pending = []
             continue
         rid, name = m.get("tool_call_id"), m.get("name")
+        if not structured and rid is None:
+            continue
         if rid is not None:
             hit = next((c for c in pending if c.get("id") == rid), None)
             why = f"its tool_call_id {rid!r} matches no call of the assistant turn before it"

@@ -67,7 +67,10 @@ def hf_model(config_dir: Path, src, emulate: str | None = None):
             if isinstance(m, torch.nn.Linear):
                 m.register_forward_pre_hook(lambda _m, args: (args[0].to(rt).float(),))
     missing, unexpected = model.load_state_dict(state, strict=False)
-    assert not unexpected and set(missing) <= {"lm_head.weight"}, (missing, unexpected)
+    if unexpected or set(missing) - {"lm_head.weight"}:   # else weights left uninitialised
+        raise RuntimeError(f"the exported tensors do not fit {config_dir}/config.json's model: "
+                           f"missing {sorted(set(missing) - {'lm_head.weight'})}, unexpected "
+                           f"{sorted(unexpected)}; the export wrote another architecture.")
     model.tie_weights()
     return model
 

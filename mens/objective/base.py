@@ -28,12 +28,15 @@ class Step:
         weighted over the accumulation group and every rank (MensModule.token_weighted_loss).
     world: processes; all_sum(t): t summed over them (a collective: every rank calls it).
     model: the policy (an objective that scores a reference inside the step disables its
-        adapter or keeps its own frozen copy)."""
+        adapter or keeps its own frozen copy).
+    group: the optimizer step this micro-batch belongs to, (epoch, accumulation group); the
+        same for every micro-batch of one step. None: each micro-batch is a step of its own."""
     logps: Callable
     lm_loss: Callable
     world: int
     all_sum: Callable
     model: object = None
+    group: object = None
 
 
 class Objective:
@@ -46,6 +49,7 @@ class Objective:
         self.spec, self.lane = spec, spec.lane
         self.card = card(self.name)
         self.before = None       # held_out() on the initial weights (mens.train.run)
+        self._window = (None, {})   # (step's group, {metric: (sum, micro-batches)}): over_step
 
     @property
     def pairs(self) -> bool:
@@ -79,3 +83,22 @@ class Objective:
         """One micro-batch → (loss to backward, {metric name: detached scalar}). The metrics
         hold `loss`: the value logged as train/loss (under accumulation, the step's)."""
         raise NotImplementedError
+
+    def over_step(self, ctx: Step, metrics: dict) -> dict:
+        """This micro-batch's logged numbers (0-d tensors) → its optimizer step's so far: each
+        the mean over the micro-batches of the accumulation window that logged it. Lightning
+        backwards each micro-batch's loss / grad_accum, so that mean is the loss the step
+        minimises (transformers' Trainer and TRL log the same), and what the step's row reads
+        at the window's last micro-batch is the step's, not the last micro-batch's. For an
+        objective whose loss is a mean per micro-batch (DPO, ORPO, SimPO, KTO); SFT's is
+        token-weighted over the window by the module (Step.lm_loss)."""
+        if ctx.group is None:
+            return metrics
+        if self._window[0] != ctx.group:             # a new window: a new optimizer step
+            self._window = (ctx.group, {})
+        sums = self._window[1]
+        for k, v in metrics.items():
+            total, n = sums.get(k, (0.0, 0))
+            sums[k] = (total + float(v), n + 1)
+        like = metrics["loss"]
+        return {k: like.new_tensor(total / n) for k, (total, n) in sums.items()}

@@ -98,15 +98,15 @@ class Dpo(Objective):
                                              ((margin > 0).to(k) * k).sum()]).detach()) / pairs
             loss = (losses * k).sum() / (pairs / ctx.world)
             logged = ctx.all_sum(loss.detach()) / ctx.world
-            return loss, {"loss": logged, **dict(zip(
+            return loss, self.over_step(ctx, {"loss": logged, **dict(zip(
                 ("rewards/chosen", "rewards/rejected", "rewards/margins", "rewards/accuracies"),
-                stats))}
+                stats))})
         loss = losses.mean()
-        return loss, {"loss": loss.detach(),
-                      "rewards/chosen": (beta * chosen).mean().detach(),
-                      "rewards/rejected": (beta * rejected).mean().detach(),
-                      "rewards/margins": margin.mean().detach(),
-                      "rewards/accuracies": (margin > 0).float().mean().detach()}
+        return loss, self.over_step(ctx, {
+            "loss": loss.detach(), "rewards/chosen": (beta * chosen).mean().detach(),
+            "rewards/rejected": (beta * rejected).mean().detach(),
+            "rewards/margins": margin.mean().detach(),
+            "rewards/accuracies": (margin > 0).float().mean().detach()})
 
 
 def reference_logps(score, pairs: list, micro: int, seq_len: int,

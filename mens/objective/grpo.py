@@ -11,13 +11,13 @@ from __future__ import annotations
 import math
 import sys
 
+from mens.config.schema import GRPO_LOSSES as LOSS_TYPES   # one list: validation's and ours
+from mens.config.schema import GRPO_SCALES as SCALES
 from mens.errors import ConfigError
 from mens.objective.base import Objective
 from mens.objective.sampling import (Rollout, completion_logps, end_ids, generate,  # noqa: F401
                                      prompt_ids)
 
-SCALES = ("group", "batch", "none")
-LOSS_TYPES = ("grpo", "bnpo", "dapo", "dr_grpo")
 STD_EPS = 1e-4          # TRL's: advantages / (std + 1e-4)
 
 
@@ -173,6 +173,11 @@ class Grpo(Objective):
             for p in self.ref_model.parameters():
                 p.requires_grad_(False)
 
+    def tool_syntax(self) -> str | None:
+        """The tool-call syntax the policy writes (its template's; mens.data.tool_syntax), which
+        the oracle reads its answers' calls in: Hermes when the run has no encoder."""
+        return self.encoder.tool_syntax if self.encoder is not None else "hermes"
+
     def reference(self, model, input_ids, attention_mask, cmask):
         import contextlib
 
@@ -196,11 +201,12 @@ class Grpo(Objective):
         texts: list[str] = []
         for i in range(0, len(heads), batch):
             texts += generate(model, self.tokenizer, heads[i:i + batch], 1, T, encoder=self.encoder,
-                              max_prompt_tokens=int(self.spec.train.seq_len) - T,
-                              greedy=True).texts
+                              max_prompt_tokens=int(self.spec.train.seq_len) - T, greedy=True,
+                              tools=[r.get("tools") for r in records[i:i + batch]]).texts
         check = self.spec.spoke.admission.check
         rew = oracle_rewards(check, records, heads, texts, reward="partial",
-                             timeout_s=float(self.lane.grpo.oracle_timeout_s))
+                             timeout_s=float(self.lane.grpo.oracle_timeout_s),
+                             syntax=self.tool_syntax())
         return {"n": len(texts), "check": check, "passed": int(sum(rew.passed)),
                 "pass_rate": sum(rew.passed) / len(texts) if texts else None,
                 "reward_mean": sum(rew.partial) / len(texts) if texts else None,
@@ -221,7 +227,8 @@ class Grpo(Objective):
         T = int(grpo.max_completion_length)
         roll = generate(model, self.tokenizer, heads, G, T, temperature=float(grpo.temperature),
                         seed=int(self.spec.train.seed) + 1000 * self.calls, encoder=self.encoder,
-                        max_prompt_tokens=int(self.spec.train.seq_len) - T)
+                        max_prompt_tokens=int(self.spec.train.seq_len) - T,
+                        tools=[r.get("tools") for r in recs])
         self.calls += 1
         if roll.truncated and not self.said_truncated:   # loud once, counted every step
             self.said_truncated = True
@@ -232,7 +239,8 @@ class Grpo(Objective):
                              [r for r in recs for _ in range(G)],
                              [h for h in heads for _ in range(G)], roll.texts,
                              reward=grpo.reward, format_weight=float(grpo.format_reward),
-                             timeout_s=float(grpo.oracle_timeout_s), teacher=self.teacher)
+                             timeout_s=float(grpo.oracle_timeout_s), teacher=self.teacher,
+                             syntax=self.tool_syntax())
         device = roll.completion_ids.device
         rewards = torch.tensor(rew.total, dtype=torch.float32, device=device)     # (N,)
         adv = group_advantages(rewards, G, grpo.scale_rewards)                    # (N,)

@@ -20,9 +20,26 @@ def kto_kl(policy_kl_logps: torch.Tensor, reference_kl_logps: torch.Tensor) -> t
     """() this rank's KL estimate: the mean over the batch of log π(y'|x) − log π_ref(y'|x) on
     mismatched pairs (TRL rotates completions by one within each batch: x_i with y_{i−1}),
     summed log-probs of the completion tokens. Detached: z₀ is a baseline, not a target (TRL
-    computes it under no_grad). Several ranks: average this across them, then pass it to
-    kto_losses, which clamps it at 0 as TRL does after its gather."""
+    computes it under no_grad). Several ranks: ranks_kl averages this over them; kto_losses
+    clamps it at 0 as TRL does after its gather."""
     return (policy_kl_logps - reference_kl_logps).mean().detach()
+
+
+def ranks_kl(ctx, policy_kl_logps: torch.Tensor, reference_kl_logps: torch.Tensor,
+             keep: torch.Tensor) -> torch.Tensor:
+    """() z₀ over every rank, as TRL takes it: each rank's mean over its own batch (kto_kl), then
+    the plain mean of those over the ranks — `accelerator.gather_for_metrics(kl).mean()` in
+    KTOTrainer._compute_loss — not one mean over all ranks' examples pooled, which differs when
+    the ranks hold different numbers of records. A rank's repeats (keep False: strategy.Repeat)
+    are not its records; a rank holding none real has no mean and is left out of the average.
+    Unclamped (kto_losses clamps at 0). One process: kto_kl of its real records."""
+    if ctx.world == 1:
+        return kto_kl(policy_kl_logps[keep], reference_kl_logps[keep])
+    real = bool(keep.any())
+    mine = kto_kl(policy_kl_logps[keep].float(), reference_kl_logps[keep].float()) if real \
+        else policy_kl_logps.new_zeros((), dtype=torch.float32)
+    s = ctx.all_sum(torch.stack([mine, mine.new_tensor(float(real))]))   # (Σ rank means, ranks)
+    return s[0] / s[1].clamp(min=1)
 
 
 def kto_losses(policy_logps: torch.Tensor, reference_logps: torch.Tensor, labels: torch.Tensor,
@@ -105,12 +122,7 @@ class Kto(Objective):
                             f"reference log-probs: the reference pass scored only the records "
                             f"the plan's steps reach, and this step went past them.")
         labels = self.desirable.to(logps.device)[idx]                                 # (n,)
-        gap = (kl_logps.float() - ref[:, 1])[keep]
-        if ctx.world > 1:    # every rank's mismatched pairs (TRL: a mean of the ranks' means)
-            s = ctx.all_sum(torch.stack([gap.sum(), gap.new_tensor(float(len(gap)))]))
-            kl = s[0] / s[1].clamp(min=1)
-        else:
-            kl = kto_kl(kl_logps[keep], ref[keep, 1])
+        kl = ranks_kl(ctx, kl_logps, ref[:, 1], keep)
         c = self.lane.kto
         if keep.any():
             loss, metrics = kto_losses(logps[keep], ref[keep, 0], labels[keep], kl, c.beta,
@@ -121,4 +133,4 @@ class Kto(Objective):
         logged = reduce_metrics(ctx, {**metrics, "loss": loss.detach()}, self.KEYS)
         if "rewards/chosen" in logged and "rewards/rejected" in logged:   # as TRL logs it
             logged["rewards/margins"] = logged["rewards/chosen"] - logged["rewards/rejected"]
-        return loss, logged
+        return loss, self.over_step(ctx, logged)

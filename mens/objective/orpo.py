@@ -90,4 +90,4 @@ class Orpo(Objective):
         if ctx.world > 1:   # the odds-ratio term is this rank's pair mean; the NLL is global
             loss = nll + across_ranks(ctx, loss - nll, keep.sum())
         logged = reduce_metrics(ctx, {**metrics, "loss": loss.detach()}, (*self.KEYS, "loss"))
-        return loss, logged
+        return loss, self.over_step(ctx, logged)

@@ -11,8 +11,12 @@ Kinds (`reward`):
             cascade): each answer scored 0..10 against its prompt (json_schema `mens_reward`,
             temperature 0), reward score / 10 (teacher_rewards).
 An optional format reward (1/0, in this process, linear scans only) says the answer has the
-shape the oracle looks for: a closed non-empty fence of the check's language, a closed
-<tool_call>. The total is the kind's reward + format_weight × format.
+shape the oracle looks for: a closed non-empty fence of the check's language, a tool call in
+the model's syntax. The total is the kind's reward + format_weight × format.
+
+Tool calls are read in the run's tool-call syntax (`syntax`: the encoder's tool_syntax; "hermes",
+the <tool_call> blocks of the tiny rung and Qwen, by default) — by the oracle's child for the
+verdict (mens.synth.tool_checks), and here, linearly, for the pieces and the format reward.
 
 Never raises on an answer: a check that times out or crashes is reward 0, counted
 (`oracle/timeouts`, `oracle/crashes`); an oracle that cannot run here (no bash, no cargo) gives
@@ -28,6 +32,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+from mens.data.tool_syntax import parse
+from mens.data.tools import call_text
 from mens.errors import ConfigError
 from mens.synth import oracle
 from mens.synth.oracle_checks import CHECKS, SHELL_LANGS, fences, oracle_record
@@ -69,25 +75,34 @@ def tool_call_bodies(text: str) -> list[str]:
     return out
 
 
-def pieces(check: str, text: str) -> list[str]:
-    """The answer's pieces, each re-written as an answer of its own."""
+def _hermes(syntax: str | None) -> bool:
+    return syntax in (None, "hermes")
+
+
+def pieces(check: str, text: str, syntax: str | None = "hermes") -> list[str]:
+    """The answer's pieces, each re-written as an answer of its own. A tool call is re-written
+    as a Hermes <tool_call> block whatever the model's syntax (judge those with "hermes"); the
+    Llama 3 and Mistral forms parse as JSON, in linear time."""
     kind = PIECES[check]
     if kind == "tool_call":
-        return [f"<tool_call>\n{b}\n</tool_call>" for b in tool_call_bodies(text)]
+        bodies = tool_call_bodies(text) if _hermes(syntax) else \
+            [call_text(c) for c in parse(text, syntax).calls]
+        return [f"<tool_call>\n{b}\n</tool_call>" for b in bodies]
     return [f"```{lang}\n{body}```" for lang, body in fences(text) if lang in kind]
 
 
-def has_shape(check: str, text: str) -> bool:
+def has_shape(check: str, text: str, syntax: str | None = "hermes") -> bool:
     """The format reward: the answer holds what the check looks for (not whether it is right)."""
     if check == "tool_call_schema":
-        return bool(tool_call_bodies(text))
+        return bool(tool_call_bodies(text) if _hermes(syntax) else parse(text, syntax).calls)
     langs = PIECES.get(check) or SHAPES.get(check)
     if langs is None:
         raise ConfigError(f"no format reward is defined for the admission check `{check}`: "
                           f"set grpo.format_weight=0 or add its shape to "
                           f"mens.objective.rewards.SHAPES.", key="grpo.format_weight")
     if check == "transcript_structure":     # a final reply: text, no dangling tool call
-        return bool(text.strip()) and text.count("<tool_call>") == text.count("</tool_call>")
+        return bool(text.strip()) and (text.count("<tool_call>") == text.count("</tool_call>")
+                                       if _hermes(syntax) else not parse(text, syntax).malformed)
     if "---" in langs and text.startswith("---"):
         return True
     return any(lang in langs and body.strip() and (lang != "markdown" and lang != "md"
@@ -118,10 +133,12 @@ def _judge(check: str, records: list[dict], workers: int, opts: dict) -> list:
 def oracle_rewards(check: str, records: list[dict], heads: list[list[dict]], texts: list[str], *,
                    reward: str = "pass", format_weight: float = 0.0, workers: int = 2,
                    timeout_s: float = oracle.TIMEOUT_S, memory_mb: int = oracle.MEMORY_MB,
-                   path: str | None = None, teacher=None) -> Rewards:
+                   path: str | None = None, teacher=None,
+                   syntax: str | None = "hermes") -> Rewards:
     """Rewards of `texts` (B·G answers), each answering the prompt `heads[i]` (the messages up to
     the last user turn) of the held-out or training record `records[i]`. reward="teacher":
-    scored by `teacher` (a mens.synth.teacher.Teacher) instead, see teacher_rewards."""
+    scored by `teacher` (a mens.synth.teacher.Teacher) instead, see teacher_rewards. syntax:
+    the tool-call syntax the model writes (mens.data.tool_syntax)."""
     if reward not in KINDS:
         raise ConfigError(f"grpo.reward={reward} is not a reward; known: "
                           f"{', '.join(KINDS)}.", key="grpo.reward")
@@ -132,7 +149,8 @@ def oracle_rewards(check: str, records: list[dict], heads: list[list[dict]], tex
             raise ConfigError("grpo.reward=teacher scores answers through the teacher protocol, "
                               "and no teacher was given: build one from the run's `teacher=` "
                               "config (mens.synth.teacher.Teacher.from_config).", key="teacher")
-        return teacher_rewards(teacher, heads, texts, check=check, format_weight=format_weight)
+        return teacher_rewards(teacher, heads, texts, check=check, format_weight=format_weight,
+                               syntax=syntax)
     if check not in CHECKS:
         raise ConfigError(f"unknown admission check `{check}`; known: "
                           f"{', '.join(sorted(CHECKS))}.", key="spoke.admission.check")
@@ -143,9 +161,11 @@ def oracle_rewards(check: str, records: list[dict], heads: list[list[dict]], tex
         print(f"mens: note: grpo.reward=partial: the `{check}` check judges the whole answer "
               f"(no independent pieces), so its partial reward is the pass reward",
               file=sys.stderr)
-    parts = [pieces(check, t) if split else [] for t in texts]
-    whole = [oracle_record(r, h, t, check) for r, h, t in zip(records, heads, texts)]
-    each = [oracle_record(r, h, p, check) for r, h, ps in zip(records, heads, parts) for p in ps]
+    parts = [pieces(check, t, syntax) if split else [] for t in texts]
+    whole = [oracle_record(r, h, t, check, syntax) for r, h, t in zip(records, heads, texts)]
+    piece_syntax = "hermes" if PIECES.get(check) == "tool_call" else syntax   # see pieces()
+    each = [oracle_record(r, h, p, check, piece_syntax)
+            for r, h, ps in zip(records, heads, parts) for p in ps]
     verdicts = _judge(check, whole + each, workers,
                       {"timeout_s": timeout_s, "memory_mb": memory_mb, "path": path})
     main, rest = verdicts[:len(whole)], iter(verdicts[len(whole):])
@@ -159,7 +179,7 @@ def oracle_rewards(check: str, records: list[dict], heads: list[list[dict]], tex
         partial = [p if not split else 0.0 if not vs else
                    math.nan if any(v.passed is None for v in vs) else
                    sum(bool(v.passed) for v in vs) / len(vs) for p, vs in zip(passed, per)]
-    fmt = [float(has_shape(check, t)) for t in texts] if format_weight else None
+    fmt = [float(has_shape(check, t, syntax)) for t in texts] if format_weight else None
     base = partial if partial is not None else passed
     total = [b + format_weight * f for b, f in zip(base, fmt)] if fmt else list(base)
     fails = [{oracle.failure(v) for v in [m, *vs]} for m, vs in zip(main, per)]
@@ -203,7 +223,8 @@ def reward_messages(messages: list[dict], answer: str) -> list[dict]:
 
 
 def teacher_rewards(teacher, heads: list[list[dict]], texts: list[str], *,
-                    check: str | None = None, format_weight: float = 0.0) -> Rewards:
+                    check: str | None = None, format_weight: float = 0.0,
+                    syntax: str | None = "hermes") -> Rewards:
     """Rewards of `texts`, each scored against its prompt `heads[i]` by `teacher` (a
     mens.synth.teacher.Teacher; json_schema `mens_reward`, temperature 0): score / 10, plus
     format_weight × the format reward of the admission `check` when format_weight > 0.
@@ -230,7 +251,7 @@ def teacher_rewards(teacher, heads: list[list[dict]], texts: list[str], *,
                           key=e.key or "teacher") from None
     valid = [r.ok for r in replies]    # data: validated against mens_reward (score 0..10)
     graded = [r.data["score"] / SCORE_MAX if ok else 0.0 for r, ok in zip(replies, valid)]
-    fmt = [float(has_shape(check, t)) for t in texts] if format_weight else None
+    fmt = [float(has_shape(check, t, syntax)) for t in texts] if format_weight else None
     total = [g + format_weight * f for g, f in zip(graded, fmt)] if fmt else list(graded)
     invalid = len(valid) - sum(valid)
     problems = sorted({p for r, ok in zip(replies, valid) if not ok

@@ -45,22 +45,26 @@ def end_ids(model, tokenizer) -> list[int]:
     return eos
 
 
-def prompt_ids(tokenizer, messages: list[dict], encoder=None) -> list[int]:
+def prompt_ids(tokenizer, messages: list[dict], encoder=None, tools=None) -> list[int]:
     """A chat prompt's ids with the generation prompt: the run's encoder (mens.data.encoder,
-    the template training used) when given, else the tokenizer's own chat template."""
-    text = encoder.prompt_text(messages) if encoder is not None else \
-        tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    the template training used) when given, else the tokenizer's own chat template. tools: the
+    record's tool schemas, which the template writes into the prompt as training did."""
+    text = encoder.prompt_text(messages, tools) if encoder is not None else \
+        tokenizer.apply_chat_template(messages, tools=tools or None, add_generation_prompt=True,
+                                      tokenize=False)
     return tokenizer.encode(text, add_special_tokens=False)
 
 
 def generate(model, tokenizer, prompts: list[list[dict]], G: int, max_new_tokens: int,
              temperature: float = 1.0, top_p: float = 1.0, seed: int = 0,
-             encoder=None, max_prompt_tokens: int | None = None, greedy: bool = False) -> Rollout:
+             encoder=None, max_prompt_tokens: int | None = None, greedy: bool = False,
+             tools: list | None = None) -> Rollout:
     """G samples of each chat prompt with transformers' `generate` (left padding, no top-k, as
     TRL's GRPOTrainer samples), stopping at the end tokens; seeded. A prompt longer than
     max_prompt_tokens keeps its last tokens (TRL's max_prompt_length cuts from the left too):
     a row is then at most max_prompt_tokens + max_new_tokens, the length the planner plans.
-    greedy: one argmax answer per prompt (G must be 1; the held-out measure), no sampling."""
+    greedy: one argmax answer per prompt (G must be 1; the held-out measure), no sampling.
+    tools: per prompt, its record's tool schemas (None: none)."""
     import torch
     from transformers import GenerationConfig
 
@@ -71,7 +75,8 @@ def generate(model, tokenizer, prompts: list[list[dict]], G: int, max_new_tokens
                           f"temperature={temperature}).", key="grpo.num_generations")
     eos = end_ids(model, tokenizer)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos[0]
-    rows = [prompt_ids(tokenizer, p, encoder) for p in prompts]
+    rows = [prompt_ids(tokenizer, p, encoder, t)
+            for p, t in zip(prompts, tools or [None] * len(prompts))]
     cut = sum(len(r) > max_prompt_tokens for r in rows) if max_prompt_tokens else 0
     if cut:
         rows = [r[-max_prompt_tokens:] for r in rows]

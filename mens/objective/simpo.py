@@ -53,4 +53,5 @@ class Simpo(Objective):
         else:               # every pair a repeat (the last batch of a rank): nothing to learn
             loss, metrics = 0 * means.sum(), {}
         loss = across_ranks(ctx, loss, keep.sum())
-        return loss, reduce_metrics(ctx, {**metrics, "loss": loss.detach()}, (*self.KEYS, "loss"))
+        logged = reduce_metrics(ctx, {**metrics, "loss": loss.detach()}, (*self.KEYS, "loss"))
+        return loss, self.over_step(ctx, logged)

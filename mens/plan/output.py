@@ -40,16 +40,18 @@ def plan_run(cfg: DictConfig, out_dir: Path, purpose: str = "plan", write: bool 
     Refusal → PlanRefused (exit 3) unless plan.force, which goes on loudly and is recorded."""
     spec, plan = compile_run(cfg, purpose)
     forced = not plan.fits and spec.plan.force
+    eta = run_eta(cfg, spec, plan)
     record = {"verdict": plan.verdict, "forced": forced, "purpose": purpose,
               "budget_gb": spec.budget_gb, "hw": spec.hw.name, "backend": spec.hw.backend,
               "rung": spec.rung.name, **lane_fields(spec.lane), "precision": spec.lane.precision,
-              "notes": list(spec.notes), "detected": spec.detected, **plan.to_dict()}
+              "notes": list(spec.notes), "detected": spec.detected, **plan.to_dict(),
+              "eta": eta}
     run = RunDir(out_dir)
     run.path.mkdir(parents=True, exist_ok=True)
     if write:
         run.write_json(RunDir.PLAN, record)
         write_spec(run, spec)
-    print(render(spec, plan, forced))
+    print(render(spec, plan, forced, eta))
     if not plan.fits and not forced:
         raise PlanRefused(refusal_message(spec, plan), plan=plan)
     if purpose == "train":   # the plan fits: now fetch missing weights (and record the commit)
@@ -81,7 +83,12 @@ def refusal_message(spec, plan: Plan) -> str:
             f"anyway (recorded).")
 
 
-def render(spec, plan: Plan, forced: bool = False) -> str:
+def run_eta(cfg, spec, plan: Plan) -> dict | None:
+    from mens.plan.eta import eta
+    return eta(cfg, spec, plan)
+
+
+def render(spec, plan: Plan, forced: bool = False, eta: dict | None = None) -> str:
     from io import StringIO
 
     from rich.console import Console
@@ -135,13 +142,54 @@ def render(spec, plan: Plan, forced: bool = False) -> str:
               f"{'on' if s.packing else 'off'} · {len(plan.trials)} shape(s) tried")
     if plan.speed:
         devices = f" over {plan.world_size} devices" if plan.world_size > 1 else ""
-        con.print(f"throughput estimate: ~{plan.est_tokens_per_s:,.0f} tokens/s{devices} "
-                  f"({plan.speed['how']})")
+        con.print(f"throughput estimate: ~{plan.speed['tokens_per_s']:,.0f} tokens/s through "
+                  f"training rows{devices} ({plan.speed['how']})")
+    for line in cost_lines(plan.cost, eta):
+        con.print(line)
     for note in spec.notes:
         con.print(f"note: {note}")
     for way in plan.ways_out:
         con.print(f"way out: {way}")
     return buf.getvalue().rstrip()
+
+
+PART = {"policy": "policy rows", "step_forward": "forwards without grad",
+        "reference": "reference (once)", "generation": "generation", "oracle": "oracle"}
+
+
+def cost_lines(cost: dict | None, eta: dict | None) -> list[str]:
+    """The objective's line (what a record costs beyond SFT's one row, each part's share and
+    whether it is measured or assumed), what is assumed, and the ETA."""
+    if not cost:
+        return [f"ETA: none — {eta['why']}"] if eta and eta.get("why") else []
+    out = []
+    shares = ", ".join(f"{PART.get(k, k)} {v['share']:.0%} ({v['basis']})"
+                       for k, v in cost["parts"].items())
+    if cost["objective"] != "sft":
+        ratio = cost["record_tokens_per_s"] / cost["sft_record_tokens_per_s"]
+        out.append(f"objective {cost['objective']}: per record {cost['per_record']} → "
+                   f"~{cost['record_tokens_per_s']:,.0f} record tokens/s ({ratio:.2f}× SFT's "
+                   f"~{cost['sft_record_tokens_per_s']:,.0f} at this shape); time: {shares}")
+        out.append(f"  counted from the code: {cost['where']}")
+        out += [f"  measured: {m}" for m in cost["measured"]
+                if not m.startswith("training rows")]
+        out += [f"  assumed: {a}" for a in cost["assumed"]]
+    if eta and eta.get("hours") is not None:
+        parts = eta["hours_by_part"]
+        split = "" if len(parts) < 2 else " (" + ", ".join(
+            f"{PART.get(k, k)} {_dur(h)}" for k, h in parts.items()) + ")"
+        bound = f"; {eta['bound']}" if eta["bound"] else ""
+        est = " — an ESTIMATE" if eta["estimate"] else ""
+        out.append(f"ETA: ~{_dur(eta['hours'])} of training{split} for {eta['tokens']:,.0f} "
+                   f"record tokens ({eta['tokens_how']}{est}{bound})")
+    elif eta:
+        out.append(f"ETA: none — {eta['why']}")
+    return out
+
+
+def _dur(hours: float) -> str:
+    return (f"{hours:.2f} h" if hours >= 1 else f"{hours * 60:.1f} min" if hours >= 1 / 60
+            else f"{hours * 3600:.1f} s")
 
 
 def _budget_line(spec) -> str:

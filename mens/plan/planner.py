@@ -10,10 +10,11 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, replace
 from typing import Mapping
 
+from mens.config.objectives import card
 from mens.errors import ConfigError
 from mens.plan.memory import (GiB, Arch, LaneModel, Shape, cell_key, components, contract_paths,
                               load_contract, min_margin, predict, usable_cell)
-from mens.plan.speed import estimate as estimate_speed
+from mens.plan.speed import estimate as estimate_speed, objective_cost
 
 
 @dataclass(frozen=True)
@@ -60,7 +61,7 @@ class Plan:
     peak_bytes: int
     budget_bytes: int
     trials: tuple[Trial, ...]
-    est_tokens_per_s: float | None = None
+    est_tokens_per_s: float | None = None   # record tokens/s under the objective (cost)
     fitted: bool = False          # the cell has fitted coefficients (calibrated or not)
     ways_out: tuple[str, ...] = field(default=())
     world_size: int = 1
@@ -68,7 +69,9 @@ class Plan:
     strategy_why: str = ""
     external: bool = False        # the cell stands on published measurements (see sources)
     sources: tuple[str, ...] = ()
-    speed: dict | None = None     # mens.plan.speed.Speed.to_dict(): tokens/s and what it stands on
+    speed: dict | None = None     # mens.plan.speed.Speed.to_dict(): training rows' tokens/s and
+    #                               what it stands on
+    cost: dict | None = None      # mens.plan.speed.Cost.to_dict(): what the objective spends
     params_total: int = 0         # the model's exact parameter count
     params_trainable: int = 0     # what trains: adapters, or every parameter
     @property
@@ -187,8 +190,12 @@ def _plan(req: PlanRequest) -> Plan:
         if chosen:
             break
     shape, accum, pred = chosen or smallest
+    cost = objective_cost(req.arch, req.lane, shape, req.tflops, req.bandwidth_gbs,
+                          req.world_size, contract["speed"])
+    rows = shape.micro_batch * card(req.lane.objective).step_cost(
+        req.lane.rows_per_record, req.lane.reference).grad[0]
     speed = estimate_speed(req.arch, req.lane, shape, req.tflops, req.bandwidth_gbs,
-                           req.world_size, contract["speed"])
+                           req.world_size, contract["speed"], rows=rows)
     p = req.arch.params()["total"]
     trainable = p if req.lane.kind == "full" else req.arch.lora_params(req.lane.lora_r,
                                                                         req.lane.lora_targets)
@@ -198,10 +205,11 @@ def _plan(req: PlanRequest) -> Plan:
         calibrated=pred["calibrated"], uncertainty=pred["uncertainty"],
         components=pred["components"], raw_bytes=pred["raw_bytes"],
         peak_bytes=pred["peak_bytes"], budget_bytes=req.budget_bytes, trials=tuple(trials),
-        est_tokens_per_s=speed.tokens_per_s if speed else None,
+        est_tokens_per_s=cost.record_tokens_per_s if cost else None,
         fitted=pred.get("fitted", False), world_size=req.world_size,
         external=pred.get("external", False), sources=tuple(pred.get("sources") or ()),
-        speed=speed.to_dict() if speed else None, params_total=p, params_trainable=trainable)
+        speed=speed.to_dict() if speed else None, cost=cost.to_dict() if cost else None,
+        params_total=p, params_trainable=trainable)
 
 
 def ways_out(req: PlanRequest, *, rungs: Mapping[str, Arch] = {},

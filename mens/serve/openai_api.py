@@ -21,7 +21,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.exceptions import HTTPException
 
-from mens.serve.admission import Admission, QueueFull
+from mens.serve.admission import Admission, Place, QueueFull
 from mens.serve.generate import GenRequest, generate
 from mens.serve.requests import (Body, ChatRequest, CompletionRequest, PromoteRequest,
                                  RollbackRequest, Sampling, unsupported, unsupported_message)
@@ -239,20 +239,38 @@ def _usage(r) -> dict:
             "total_tokens": r.prompt_tokens + r.completion_tokens}
 
 
+class _QueuedStream(StreamingResponse):
+    """A stream that owns its queue place: whatever ends the response — the last chunk, a
+    client gone before the body started (Starlette may then never iterate the generator, so
+    its `finally` never runs), a cancellation — gives back a place whose work never reached
+    the model thread. Work that did reach it gives the place back itself (Place.run_by)."""
+
+    def __init__(self, place: Place, content, **kwargs):
+        super().__init__(content, **kwargs)
+        self.place = place
+
+    async def __call__(self, scope, receive, send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self.place.abandon()
+
+
 async def _respond(slots: Slots, slot, req: Sampling, gen: GenRequest, admission: Admission,
                    chat: bool):
     rid = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"
     created = int(time.time())
     head = {"id": rid, "created": created, "model": req.model,
             "system_fingerprint": f"mens-{slot.name}"}
-    started = admission.enter()        # QueueFull → 503 with Retry-After
+    place = admission.enter()        # QueueFull → 503 with Retry-After
     if req.stream:
-        return StreamingResponse(_sse(slots, slot, req, gen, chat, head,
-                                      lambda: admission.leave(started)),
-                                 media_type="text/event-stream",
-                                 headers={"Cache-Control": "no-cache"})
-    fut = slots.run(generate, slots, slot, gen)
-    fut.add_done_callback(lambda f: admission.leave(started))
+        return _QueuedStream(place, _sse(slots, slot, req, gen, chat, head, place),
+                             media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+    try:
+        fut = slots.run(generate, slots, slot, gen)
+        place.run_by(fut)
+    finally:
+        place.abandon()              # only if the work never reached the model thread
     r = await asyncio.wrap_future(fut)
     choice = ({"index": 0, "message": {"role": "assistant", "content": r.text},
                "logprobs": None, "finish_reason": r.finish_reason} if chat else
@@ -262,9 +280,9 @@ async def _respond(slots: Slots, slot, req: Sampling, gen: GenRequest, admission
 
 
 async def _sse(slots: Slots, slot, req: Sampling, gen: GenRequest, chat: bool, head: dict,
-               release):
+               place: Place):
     """Server-sent events: one chunk per piece of final text, then finish_reason, [DONE].
-    release(): called once the model thread is done with the request (its queue place)."""
+    The request's queue place goes to the model thread with the work (Place.run_by)."""
     loop = asyncio.get_running_loop()
     queue: asyncio.Queue = asyncio.Queue()
     cancel = threading.Event()   # set when the client goes away: generation stops early
@@ -288,7 +306,8 @@ async def _sse(slots: Slots, slot, req: Sampling, gen: GenRequest, chat: bool, h
         return f"data: {json.dumps(body)}\n\n"
 
     fut = slots.run(generate, slots, slot, gen, lambda t: put(("text", t)), cancel.is_set)
-    fut.add_done_callback(lambda f: (release(), put(("done", f))))
+    place.run_by(fut)                # released before the client hears "done"
+    fut.add_done_callback(lambda f: put(("done", f)))
     try:
         if chat:
             yield chunk(role=True)

@@ -121,7 +121,7 @@ def fetch_adapter(ref: str) -> tuple[Path, dict]:
     if cached is None:
         if offline():
             raise ConfigError(_offline_message(repo_id, revision, ADAPTER_FILES, "adapter files",
-                                               "HF_HUB_OFFLINE=1 forbids downloading", "adapter"),
+                                               f"{offline_by()} forbids downloading", "adapter"),
                               key="adapter")
         cached = _snapshot(repo_id, revision, ADAPTER_FILES, key="adapter")
         if not is_adapter_dir(cached[0]):
@@ -187,13 +187,21 @@ def _cached_snapshot(repo_id: str, revision: str | None, complete) -> tuple[Path
 
 
 # --- network ---------------------------------------------------------------------------------
-def _env_true(name: str) -> bool:
-    return os.environ.get(name, "").upper() in ("1", "ON", "YES", "TRUE")
+def offline_by() -> str | None:
+    """The setting that puts this process offline (`NAME=value`), or None: the one owner of
+    that rule in mens. It is huggingface_hub's (constants.HF_HUB_OFFLINE =
+    _is_true(HF_HUB_OFFLINE or TRANSFORMERS_OFFLINE)): the first of the two that is set and
+    non-empty decides, true when 1/ON/YES/TRUE — so HF_HUB_OFFLINE=0 keeps a process online
+    whatever TRANSFORMERS_OFFLINE says. Read now: huggingface_hub reads it once, at import."""
+    for name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
+        value = os.environ.get(name)
+        if value:
+            return f"{name}={value}" if value.upper() in ("1", "ON", "YES", "TRUE") else None
+    return None
 
 
 def offline() -> bool:
-    """HF_HUB_OFFLINE read now: huggingface_hub reads it once, at import."""
-    return _env_true("HF_HUB_OFFLINE") or _env_true("TRANSFORMERS_OFFLINE")
+    return offline_by() is not None
 
 
 def endpoint() -> str:
@@ -205,7 +213,7 @@ def _refuse_if_offline(repo_id, revision, allow_download, patterns, what: str) -
     if not allow_download:
         reason = "rung.download=false forbids downloading"
     elif offline():
-        reason = "HF_HUB_OFFLINE=1 forbids downloading"
+        reason = f"{offline_by()} forbids downloading"
     else:
         return
     raise ConfigError(_offline_message(repo_id, revision, patterns, what, reason), key="rung")
@@ -218,7 +226,8 @@ def _offline_message(repo_id, revision, patterns, what: str, reason: str,
     return (f"The {what} of {repo_id}{rev} are not in the local hub cache ({where}) and "
             f"{reason}. On a machine with network access run "
             f"`{download_command(repo_id, revision, patterns)}`, then copy its hub cache to this "
-            f"machine and set HF_HUB_CACHE to it (or unset HF_HUB_OFFLINE here); "
+            f"machine and set HF_HUB_CACHE to it (or unset HF_HUB_OFFLINE and "
+            f"TRANSFORMERS_OFFLINE here); "
             f"{HINTS[key]['local']}.")
 
 
@@ -297,8 +306,10 @@ def _explain(e: BaseException, repo_id: str, revision: str | None, patterns,
                 f"{'HF_TOKEN has no access to it' if token else 'HF_TOKEN is not set'}): "
                 f"{HINTS[key]['repo']}.")
     if first(hf.OfflineModeIsEnabled):
+        # huggingface_hub's own flag (read at import) may say offline where the environment no
+        # longer does
         return _offline_message(repo_id, revision, patterns, "files",
-                                "HF_HUB_OFFLINE=1 forbids downloading", key)
+                                f"{offline_by() or 'HF_HUB_OFFLINE=1'} forbids downloading", key)
     http = first(hf.HfHubHTTPError)
     status = http.response.status_code if http is not None and http.response is not None else 0
     if status in (401, 403):

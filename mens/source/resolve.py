@@ -8,20 +8,16 @@ Planning stays free of torch and transformers: config.json is plain JSON
 """
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from mens.errors import ConfigError
 from mens.source.families import read_config
+from mens.source.hub import offline, offline_by   # the one rule (huggingface_hub's)
 from mens.resources import ASSETS
 
 ARCH_FIELDS = ("family", "hidden_size", "intermediate_size", "num_hidden_layers",
                "num_attention_heads", "num_key_value_heads", "head_dim", "vocab_size",
                "tie_word_embeddings", "max_position_embeddings", "rope_theta", "rms_norm_eps")
-
-
-def offline() -> bool:
-    return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "on", "yes", "true")
 
 
 def meta_dir(rung, allow_fetch: bool = True) -> Path | None:
@@ -97,7 +93,7 @@ def check_weights(cfg, notes: list[str]) -> None:
     if rung.path or not rung.download or offline():
         msg = missing_weights_message(st)
         if offline() and rung.download and not rung.path:
-            msg += " (HF_HUB_OFFLINE=1: mens does not download while offline.)"
+            msg += f" ({offline_by()}: mens does not download while offline.)"
         raise ConfigError(msg, key="rung")
     notes.append(f"weights: {rung.repo_id}@{rung.revision or 'main'} is not in the local cache; "
                  f"it is downloaded after the plan fits (rung.download=false to never download)")

@@ -9,11 +9,12 @@ all, do the ```toml blocks parse) lives here too.
 Every check looks only at the assistant side (for preference pairs: `chosen`), because that is
 what the model learns to produce; broken code in a user prompt is intended. An answer holding
 nothing checkable fails: an empty answer is no evidence.
+
+The tool-call checks (tool_call_schema, transcript_structure) live in mens.synth.tool_checks.
 """
 from __future__ import annotations
 
 import ast
-import functools
 import json
 import re
 import sys
@@ -23,11 +24,13 @@ from typing import Callable
 import yaml
 
 from mens.data import formats
+from mens.data import tool_syntax as TS
+from mens.synth.tool_checks import (TOOL_CALL, TOOLS, declared_tools,  # noqa: F401 (re-exported)
+                                    schema_errors, tool_call_schema, tool_calls,
+                                    transcript_structure, turn_calls)
 from mens.synth.vox import VoxError, vox_check
 
 LANG = re.compile(r"[\w+-]*")
-TOOL_CALL = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.S)
-TOOLS = re.compile(r"<tools>\s*(.*?)\s*</tools>", re.S)
 SKILL_NAME = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
 SHELL_LANGS = ("bash", "sh", "shell")
 
@@ -56,115 +59,6 @@ def answers(record: dict) -> list[str]:
 
 def blocks(record: dict, *langs: str) -> list[str]:
     return [body for text in answers(record) for lang, body in fences(text) if lang in langs]
-
-
-# ---------------------------------------------------------------- tool calls and their schemas
-def schema_errors(value, schema, at: str = "$") -> list[str]:
-    """`value` against a JSON Schema (the dialect its $schema names, else 2020-12), through the
-    jsonschema library: one 'path: message' line per error, sorted by path."""
-    validator, invalid = _validator(json.dumps(schema, sort_keys=True))
-    if invalid:
-        return [f"{at}: {invalid}"]
-    errs = sorted(validator.iter_errors(value),
-                  key=lambda e: ([str(p) for p in e.absolute_path], e.message))
-    return [f"{at}{e.json_path[1:]}: {e.message}" for e in errs]
-
-
-@functools.lru_cache(maxsize=256)    # a corpus declares a few schemas: check each once
-def _validator(schema_json: str):
-    from jsonschema import Draft202012Validator, SchemaError
-    from jsonschema.validators import validator_for
-    schema = json.loads(schema_json)
-    cls = validator_for(schema, default=Draft202012Validator) if isinstance(schema, dict) \
-        else Draft202012Validator
-    try:
-        cls.check_schema(schema)
-    except SchemaError as e:
-        where = "/".join(map(str, e.absolute_path)) or "(root)"
-        return None, f"the schema itself is invalid at {where}: {e.message}"
-    return cls(schema), None
-
-
-def tool_calls(text: str) -> list[dict]:
-    """Every <tool_call> in a message as a dict; raises ValueError naming the bad one."""
-    calls = []
-    for k, body in enumerate(TOOL_CALL.findall(text), 1):
-        try:
-            c = json.loads(body)
-        except json.JSONDecodeError as e:
-            raise ValueError(f"<tool_call> {k} is not JSON: {e}") from None
-        if not (isinstance(c, dict) and isinstance(c.get("name"), str)
-                and isinstance(c.get("arguments"), dict)):
-            raise ValueError(f"<tool_call> {k} needs a string `name` and an object `arguments`, "
-                             f"got {json.dumps(c)[:200]}")
-        calls.append(c)
-    return calls
-
-
-def declared_tools(rec: dict) -> dict[str, dict]:
-    system = next((m.get("content") or "" for m in formats.turns(rec)
-                   if m.get("role") == "system"), "")
-    found = TOOLS.search(system)
-    lines = found.group(1).splitlines() if found else []
-    tools = [json.loads(line) for line in lines if line.strip()]
-    return {t["name"]: t.get("parameters", {}) for t in tools}
-
-
-def tool_call_schema(rec: dict) -> list[str]:
-    """Every <tool_call> names a tool declared in the system prompt's <tools> block and its
-    arguments validate against that tool's JSON schema; at least one call."""
-    try:
-        tools = declared_tools(rec)
-    except (ValueError, KeyError, TypeError, AttributeError) as e:
-        return [f"system prompt: the <tools> block does not parse ({type(e).__name__}: {e})"]
-    problems, n = [], 0
-    for turn, text in enumerate(answers(rec), 1):
-        try:
-            calls = tool_calls(text)
-        except ValueError as e:
-            problems.append(f"assistant turn {turn}: {e}")
-            continue
-        for c in calls:
-            n += 1
-            name = c["name"]
-            if name not in tools:
-                problems.append(f"call {n} `{name}`: no such tool in <tools> (declared: "
-                                f"{', '.join(sorted(tools)) or 'none'})")
-            else:
-                problems += [f"call {n} `{name}` arguments {e}"
-                             for e in schema_errors(c["arguments"], tools[name])]
-    return problems if n or problems else ["no <tool_call> in the answer"]
-
-
-def transcript_structure(rec: dict) -> list[str]:
-    """system? then user; an assistant turn with N tool calls is followed by exactly N tool
-    results, then an assistant turn; a user turn follows only a final (call-free) assistant
-    turn; the transcript ends on a final assistant turn."""
-    msgs = formats.chat(rec)
-    skip = 1 if msgs and msgs[0].get("role") == "system" else 0
-    state, pending = "user", 0                       # state: the role the next message must have
-    want = {"user": "a user turn", "final": "a user turn or the end", "assistant":
-            "an assistant turn", "tool": "a tool result"}
-    for n, m in enumerate(msgs[skip:], skip + 1):
-        role = m.get("role")
-        if pending:                                  # results of the previous turn's calls
-            if role != "tool":
-                return [f"message {n} ({role}): expected a tool result, {pending} call(s) of "
-                        f"the previous assistant turn are unanswered"]
-            pending -= 1
-            state = "assistant" if pending == 0 else state
-        elif state in ("user", "final") and role == "user":
-            state = "assistant"
-        elif state == "assistant" and role == "assistant":
-            try:
-                pending = len(tool_calls(m.get("content") or ""))
-            except ValueError as e:
-                return [f"message {n} (assistant): {e}"]
-            state = "tool" if pending else "final"
-        else:
-            return [f"message {n} ({role}): expected {want[state]}"]
-    return [] if state == "final" else [f"the transcript ends expecting {want[state]}; it must "
-                                        f"end on an assistant turn without tool calls"]
 
 
 # ---------------------------------------------------------------- mesh messages, SKILL.md
@@ -315,19 +209,28 @@ CHECKS: dict[str, Callable[[dict], list[str]]] = {
 }
 
 
-def oracle_record(rec: dict, head: list[dict], text: str, check: str) -> dict:
+def oracle_record(rec: dict, head: list[dict], text: str, check: str,
+                  syntax: str | None = "hermes") -> dict:
     """The record with the model's answer as its assistant turn: what the oracle judges of a
     model's answer (mens.eval.indomain, mens.objective.rewards). A check of answers alone
     (PER_ANSWER) sees the system prompt, the last user turn
     and this answer: the earlier assistant turns of a multi-turn prompt are the data's, and their
     blocks must not pass (or fail) for the model; a check of the exchange that credits only the
-    answer (CONTEXT_AS_INPUT) gets those turns as input."""
+    answer (CONTEXT_AS_INPUT) gets those turns as input. The record's `tools` stay with it.
+    syntax: the tool-call syntax the model writes (mens.data.tool_syntax; the run's encoder's
+    `tool_syntax`, "hermes" for the tiny rung and Qwen): the tool checks read the answer's calls
+    in it (None: as Hermes blocks, the text form of a template without tools)."""
     if check in PER_ANSWER:
         head = [m for m in head[:-1] if m["role"] == "system"] + head[-1:]
     elif check in CONTEXT_AS_INPUT:
         head = [dict(m, role="user") if m["role"] == "assistant" else m for m in head]
+    answer = {"role": "assistant", "content": text}
+    if syntax is not None:
+        if syntax not in TS.SYNTAXES:
+            raise ValueError(f"unknown tool-call syntax {syntax!r}; known: {TS.SYNTAXES}")
+        answer["tool_syntax"] = syntax
     return {**{key: v for key, v in rec.items() if key != "messages"},
-            "messages": head + [{"role": "assistant", "content": text}]}
+            "messages": head + [answer]}
 
 
 def worker(job_path: str) -> None:

@@ -129,7 +129,8 @@ class MensModule(L.LightningModule):
                 return loss, loss.detach()
             return self.token_weighted_loss(batch, group, group_tokens, world, accum)
         return Step(logps=lambda batch: sequence_logps(self.model, batch, self.chunked),
-                    lm_loss=causal, world=world, all_sum=all_sum, model=self.model)
+                    lm_loss=causal, world=world, all_sum=all_sum, model=self.model,
+                    group=None if group is None else (self.current_epoch, int(group)))
 
     def token_weighted_loss(self, batch, group, group_tokens, world: int, accum: int):
         """(loss to backward, the step's token mean so far) under accumulation or several ranks.

@@ -73,12 +73,17 @@ def test_frameworks_are_keyed_by_stack():
     assert framework_key("torchtune") == "torchtune"
 
 
-def test_what_is_left_out_is_said(shipped):
+def test_what_is_left_out_is_said(shipped, fitted):
     why = {r["id"]: r.get("reason") or "" for r in shipped}
-    assert "allocator kept" in why["torchtune-readme-llama3.1-8b-lora-a6000"]   # larger card
     assert "full fine-tune" in why["torchtune-readme-llama3.1-8b-full-rtx4090"]
     assert "mapped to family" in why["qwen-readme-qwen-7b-lora-a100-80g-x1-s2048"]
-    assert "loading" in why["torchtune-docs-llama2-7b-qlora-r8"]
+    # what measured peaks decide is the fit's screens, never the reading of a row
+    scr = fitted["screened"]
+    assert scr["torchtune-readme-llama3.1-8b-lora-a6000"][0] == "not_binding"   # larger card
+    assert "allocator kept" in scr["torchtune-readme-llama3.1-8b-lora-a6000"][1]
+    assert scr["torchtune-docs-llama2-7b-qlora-r8"][0] == "load_reading"
+    assert "loading" in scr["torchtune-docs-llama2-7b-qlora-r8"][1]
+    assert why["torchtune-readme-llama3.1-8b-lora-a6000"] == ""   # ok as read: a screen's call
 
 
 def test_a_series_whose_config_does_not_describe_what_ran_is_left_out(fitted, shipped):
@@ -93,29 +98,32 @@ def test_the_committed_cuda_cells_are_what_the_evidence_fits(fitted):
         assert cells[key]["external"] == cell["external"]
         assert cells[key]["uncertainty"] == cell["uncertainty"]
         assert cells[key]["coefficients"] == pytest.approx(cell["coefficients"], abs=1e-5)
-    # the adapter cells users train in, at bf16, stand on published evidence
-    for key in ("cuda/lora/ckpt/bf16", "cuda/lora/nockpt/bf16", "cuda/qlora/ckpt/bf16"):
+    # the LoRA cells users train in, at bf16, stand on published evidence; the QLoRA ones do
+    # not: axolotl's Llama-2 QLoRA row (xformers attention, no scores kept) sits 35 % above its
+    # held-out prediction, and the margin covers it
+    for key in ("cuda/lora/ckpt/bf16", "cuda/lora/nockpt/bf16"):
         c = fitted["cells"][key]
         assert c["external"] and len(c["sources"]) >= 2 and c["uncertainty"] < 0.25, key
+    c = fitted["cells"]["cuda/qlora/ckpt/bf16"]
+    assert not c["external"] and c["uncertainty"] >= c["heldout"]["worst_under_prediction_pct"] / 100
     for key in ("cuda/lora/ckpt/bf16", "cuda/lora/nockpt/bf16"):   # issue #26's targets
         h = fitted["cells"][key]["heldout"]
         assert h["median_abs_pct"] <= 10 and h["max_abs_pct"] <= 20, (key, h)
 
 
 def test_leave_one_source_out_cannot_see_the_source_it_tests(shipped):
-    """A copy of one source's records read 15 % higher, as a source of its own: fitted with
-    the rest it is in-sample; held out it is predicted from the others, so it misses by about
-    the 15 % its own rows would have taught."""
+    """A copy of one source's records read 15 % higher, as a source of its own: held out it is
+    predicted from the others, so it misses by about the 15 % its own rows would have taught.
+    (In-sample it misses about as much: the prior chosen by leave-one-source-out holds the
+    coefficients near the analytic 1, so no source's quirk is learnt; that the held-out
+    predictions never see their source is test_screens_and_prior_are_decided_without_….)"""
     ok = [r for r in shipped if r["status"] == "ok"]
     base = [r for r in ok if r["source"] == "torchtune-readme"]
     fake = [dict(copy.deepcopy(r), id=r["id"] + "-x", source="fake", framework="transformers",
                  measured_peak_bytes=int(r["measured_peak_bytes"] * 1.15)) for r in base]
     out = fit_external(copy.deepcopy(ok) + fake, load_contract(), min_margin())
     held = [x["heldout_pct"] for x in out["rows"] if x["source"] == "fake"]
-    fit = [100 * (x["measured_bytes"] - x["fitted_bytes"]) / x["fitted_bytes"]
-           for x in out["rows"] if x["source"] == "fake"]
     assert held and min(held) > 3 and sum(held) / len(held) > 10, held   # held out: it shows
-    assert sum(held) / len(held) > sum(fit) / len(fit) + 3, (held, fit)   # in-sample: less
 
 
 def test_mens_own_cuda_records_outrank_published_ones(shipped):
@@ -152,4 +160,132 @@ def test_mens_own_cuda_records_outrank_published_ones(shipped):
     cell = out["cells"]["cuda/lora/ckpt/bf16"]
     assert not cell.get("external") and cell["fitted"]["n_records"] == len(own)
     assert cell["external_check"]["sources"] and "records" in cell["external_check"]
-    assert out["cells"]["cuda/qlora/ckpt/bf16"]["external"]      # the others stay published
+    assert out["cells"]["cuda/lora/nockpt/bf16"]["external"]     # the others stay published
+
+
+def test_every_screened_held_out_record_is_under_its_cells_margin(fitted):
+    """The margin is the worst held-out under-prediction of the cell's screened rows, not a
+    percentile: no published peak nobody fitted on lies above prediction + margin; the rows the
+    screens set aside are counted beside it, each with the screen that set it aside."""
+    rows = fitted["rows"]
+    for key, c in fitted["cells"].items():
+        mine = [x for x in rows if x["cell"] == key]
+        kept = [x["heldout_pct"] for x in mine if not x["screen"] and x["heldout_pct"] is not None]
+        assert kept and max(kept) <= 100 * c["uncertainty"], (key, max(kept), c["uncertainty"])
+        every = c["heldout"]["all_rows"]
+        assert every["records"] == sum(x["heldout_pct"] is not None for x in mine)
+        assert every["covered"] + len(every["not_covered"]) == every["records"]
+        assert all(x["screen"] and x["heldout_pct"] > 100 * c["uncertainty"]
+                   for x in every["not_covered"]), key
+    assert fitted["cells"]["cuda/lora/ckpt/bf16"]["heldout"]["all_rows"]["not_covered"]
+
+
+def test_screens_and_prior_are_decided_without_the_held_out_source(shipped, fitted):
+    """Every row a fit could read is predicted held out — those its screens set aside too —
+    and a source's held-out predictions do not move when its own readings do: the screens,
+    the prior and the coefficients of its fold never saw them. Inflating its peaks 3× makes
+    its rows `inconsistent` in the joint fit, and the all-rows errors show the miss."""
+    ok = [r for r in shipped if r["status"] == "ok"]
+    out = fitted
+    assert len(out["rows"]) == len(ok) and out["counts"]["modelled"] == len(ok)
+    assert out["counts"]["published"] == len(shipped)
+    assert out["counts"]["fitted"] == len(ok) - len(out["screened"]) < len(ok)
+    assert all(x["heldout_pct"] is not None for x in out["rows"] if x["screen"])
+    assert set(out["folds"]) == {r["source"] for r in ok}   # each source held out once
+    src = "hf-peft-metamathqa"
+    moved = [dict(copy.deepcopy(r), measured_peak_bytes=3 * r["measured_peak_bytes"])
+             if r["source"] == src else copy.deepcopy(r) for r in ok]
+    again = fit_external(moved, load_contract(), min_margin())
+    before = {x["id"]: x for x in out["rows"] if x["source"] == src}
+    after = {x["id"]: x for x in again["rows"] if x["source"] == src}
+    assert set(after) == set(before)
+    for i, x in after.items():
+        assert x["heldout_bytes"] == before[i]["heldout_bytes"], i
+        assert x["screen"] == "inconsistent" and x["heldout_pct"] > 150, x
+    assert again["folds"][src] == out["folds"][src]
+
+
+# --- the rows as their sources give them (issue #37's audit) ---------------------------------
+def _rows(name: str) -> dict[str, dict]:
+    with open(f"calibration/external/{name}.jsonl") as f:
+        return {r["id"]: r for r in map(json.loads, f) if r}
+
+
+def test_axolotls_llama2_rows_ran_xformers_attention(shipped):
+    """examples/llama-2/{qlora,lora}.yml at dc71d88 set `xformers_attention: true` (and leave
+    flash_attention empty): xformers' memory-efficient kernel keeps no attention scores, so the
+    rows are not eager attention and their records keep no (b, heads, s, s) term."""
+    rows = _rows("axolotl-examples")
+    recs = {r["id"]: r for r in shipped}
+    for i in ("axolotl-examples-llama2-7b-qlora-rtx4090",
+              "axolotl-examples-llama2-7b-lora-int8-rtx4090"):
+        assert rows[i]["config"]["attention"] == "xformers", i
+        assert "xformers_attention: true" in rows[i]["source"]["evidence"]
+        assert recs[i]["paths"]["attention"] == "per_record"
+
+
+def test_torchtunes_may_2024_rows_do_not_claim_pr_961_reproduced_them():
+    """pytorch/torchtune PR #961 ("Update README table", closed unmerged): 'Can't reproduce
+    24.1GB on a single device full finetune and instead seeing 20.2 peak memory allocated'."""
+    may = [r for r in _rows("torchtune-readme").values() if r["source"]["date"] == "2024-05-09"]
+    assert len(may) == 7
+    for r in may:
+        assert "reproduced these numbers" not in r["notes"], r["id"]
+        assert "could not" in r["notes"] and "20.2" in r["notes"] and "24.1" in r["notes"]
+
+
+def test_torchtunes_405b_peak_is_gib_as_its_logger_divides():
+    """torchtune/training/memory.py at 30b8519 divides max_memory_allocated by 1024**3: the
+    README's "44.8 GB" for Llama 3.1 405B is GiB, like every other row of that table."""
+    row = _rows("torchtune-readme")["torchtune-readme-llama3.1-405b-qlora-8xa100"]
+    assert row["measured"]["peak_unit"] == "GiB"
+    assert to_record(row, "x:1")["measured_peak_bytes"] == int(44.8 * GiB)
+
+
+def test_litgpt_config_hub_rows_give_the_configs_grad_accum():
+    """Each config_hub/finetune/*.yaml at 00af8b0d gives global_batch_size, devices and
+    micro_batch_size; litgpt's gradient_accumulation_iters is global // devices // micro
+    (llama-2-7b/lora.yaml: 8 // 1 // 2 = 4; tiny-llama/lora.yaml: 8 // 1 // 8 = 1)."""
+    rows = _rows("litgpt-config-hub")
+    for i, r in rows.items():
+        ga = r["config"]["grad_accum"]
+        assert isinstance(ga, int) and ga >= 1, i
+        assert f"train.grad_accum={ga}" in r["mens_spec"] and "global_batch_size" in r["notes"]
+    assert rows["litgpt-config-hub-llama2-7b-lora-a10g"]["config"]["grad_accum"] == 4
+    assert rows["litgpt-config-hub-tinyllama-lora-a10g"]["config"]["grad_accum"] == 1
+
+
+def test_torchtunes_tokens_per_s_held_out_by_source_is_stated(shipped):
+    """The speed model predicts torchtune's rows from the other sources' fit: where a row
+    lands outside 2× of its measurement, the README states the miss with its number (and the
+    median over every held-out row), so no in-sample figure stands for the acceptance."""
+    from mens.calibrate.speed import fit_speed
+
+    speed = fit_speed(copy.deepcopy(shipped), 0.35)
+    rows = {x["id"]: x for x in speed["records"]}
+    readme = open("README.md").read()
+    for i in ("torchtune-readme-llama3.1-8b-lora-rtx4090",
+              "torchtune-readme-llama3.1-8b-qlora-rtx4090"):
+        x = rows[i]
+        ratio = x["heldout_tokens_per_s"] / x["measured_tokens_per_s"]
+        if not 0.5 <= ratio <= 2.0:
+            assert f"{ratio:.2f}×" in readme and f"{x['heldout_tokens_per_s']:,.0f}" in readme, \
+                (i, ratio)
+    assert f"median ratio {speed['heldout_ratio']['median']:.2f}" in readme
+
+
+def test_the_report_gives_screened_and_all_rows_errors(fitted):
+    """`mens fit`'s report: how many rows enter the fit and why, the held-out errors over the
+    screened rows and over all rows side by side, per cell and overall, and the rows a margin
+    does not cover with the screen that set each aside."""
+    from mens.calibrate.report import external_text
+
+    text = "\n".join(external_text({
+        "external": fitted["fit"], "external_rows": fitted["rows"], "cells": fitted["cells"],
+        "external_counts": fitted["counts"], "external_folds": fitted["folds"], "speed": {}}))
+    n = fitted["counts"]
+    assert f"{n['modelled']} are one device's peak" in text and f"so {n['fitted']} enter" in text
+    assert "- held out, screened: 48 records" in text and "- held out, all rows: 58 records" in text
+    assert "held-out median (screened / all)" in text
+    assert "not covered: torchtune-readme-llama3.1-8b-lora-a6000" in text and "(not_binding)" in text
+    assert "re-decided on the other sources' rows" in text

@@ -24,6 +24,30 @@ def test_the_shipped_catalogue_covers_four_providers_with_dated_sourced_rows():
     assert sum(o.tier is not None for o in offers) >= 60
 
 
+def test_plain_h100_and_a100_offers_plan_on_the_board_they_are():
+    """SkyPilot's plain "H100" / "A100-80GB" cover PCIe and SXM boards; the H100 PCIe has
+    ~0.76x the SXM's TFLOPS, so an offer is planned on the tier of the board it lists, or that
+    its provider's plain name means (RunPod: PCIe), never the SXM tier by default."""
+    from mens.cloud.catalog import board
+    from mens.config.options import load_option
+
+    shipped = {o.id: o for o in load(SHIPPED)}
+    assert shipped["runpod:A100-80GB:1"].tier == "a100_pcie"        # RunPod's plain = PCIe
+    assert shipped["runpod:A100-80GB-SXM:1"].tier == "a100_80g"
+    assert shipped["lambda:H100:1"].tier == "h100" and "SXM" in shipped["lambda:H100:1"].board
+    assert shipped["gcp:H100:1"].tier == shipped["vast:H100:1"].tier == "h100"
+    assert board("runpod", "H100", 80, "1x_H100_SECURE")[0] == "h100_pcie"
+    assert board("lambda", "H100", 80, "gpu_1x_h100_pcie")[0] == "h100_pcie"
+    assert board("vast", "H100", 80, "1x-H100_NVL-32-65536")[0] == "h100_nvl"
+    assert board("vast", "H100", 94, "")[0] == "h100_nvl"           # the NVL's 94 GB
+    assert board("lambda", "A100", 80, "gpu_8x_a100_80gb_sxm4")[0] == "a100_80g"
+    assert board("lambda", "A100", 40, "gpu_1x_a100")[0] == "a100_40g"
+    tier, why = board("vast", "H100", 80, "1x-H100-32-65536")        # says no board
+    assert tier == "h100_pcie" and "slower PCIe" in why
+    ratio = load_option("hw", "h100").tflops_bf16 / load_option("hw", "h100_pcie").tflops_bf16
+    assert 1.25 < ratio < 1.35                                       # what the mapping is worth
+
+
 def test_a_gcp_offer_is_the_sum_of_its_host_and_accelerator_rows():
     # the source column quotes both rows' prices as SkyPilot's gcp/vms.csv lists them
     for o in (o for o in load(SHIPPED) if o.provider == "gcp"):
@@ -118,7 +142,14 @@ def test_refresh_rebuilds_from_skypilot_catalog_csvs(tmp_path):
     assert (offers["runpod:RTX6000-Ada:1"].tier, offers["vast:RTX5090:1"].gpu_memory_gb) == \
         ("rtx6000ada", 32)
     assert all(o.date == "2026-11-30" and "vms.csv line" in o.source for o in offers.values())
-    assert all(o.tier == TIER_OF[o.gpu] for o in offers.values())
+    # a plain A100-80GB / H100 on the board its row lists or its provider names (RunPod's plain
+    # names are PCIe; the GpuInfo "A100 PCIe" rides along in `source`); the rest by name
+    assert offers["runpod:A100-80GB:1"].tier == "a100_pcie" and "A100 PCIe" in \
+        offers["runpod:A100-80GB:1"].source
+    assert (offers["gcp:A100-80GB:1"].tier, offers["gcp:H100:1"].tier) == ("a100_80g", "h100")
+    assert offers["vast:H100:1"].tier == "h100"                      # 1x-H100_SXM-…
+    assert all(o.tier == TIER_OF[o.gpu] for o in offers.values()
+               if o.gpu not in ("A100-80GB", "H100"))
     with open(out) as f:
         assert next(r for r in csv.reader(f) if not r[0].startswith("#")) == list(COLUMNS)
 

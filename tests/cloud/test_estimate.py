@@ -137,3 +137,34 @@ def test_hours_count_the_users_data_and_epochs(tmp_path, monkeypatch):
                                      "curriculum.epochs=2", "curriculum.caps=[10,10]"]))
     assert two["tokens"]["tokens"] == 2 * estimate(compose(common + [
         f"data.path={data(200)}", "curriculum=flat"]))["tokens"]["tokens"]
+
+
+def test_dpo_costs_more_hours_than_sft_on_the_same_data(compile_run):
+    """A DPO record is 2 policy rows + 2 reference forwards: on the same tokens every offer
+    estimates more hours than SFT's, by what the plan's cost says — with the fitted speed model
+    and with an assumed cloud.mfu alike (issue #37)."""
+    from mens.cloud.estimate import estimate, render
+    from mens.config.compose import compose
+    from mens.plan.eta import cost_of
+
+    base = ["+rung=4b", "spoke=skill_creation", "cloud.tokens=2000000000",
+            "cloud.providers=[lambda]", "cloud.setup_hours=0"]
+    runs = {}
+    for extra in ([], ["cloud.mfu=0.5"]):
+        sft = {o["id"]: o for o in estimate(compose(base + ["lane=lora", *extra]))["offers"]}
+        runs[bool(extra)] = est = estimate(compose(base + ["lane=dpo", *extra]))
+        dpo = {o["id"]: o for o in est["offers"]}
+        both = [k for k in sft if sft[k]["est_hours"] and dpo[k]["est_hours"]]
+        assert both and all(dpo[k]["est_hours"] > 1.2 * sft[k]["est_hours"] for k in both)
+        assert all(dpo[k]["tokens_per_s"] < dpo[k]["row_tokens_per_s"] for k in both)
+    est = runs[False]
+    dpo = {o["id"]: o for o in est["offers"]}
+    # the default's hours are the plan's cost: 2e9 record tokens, each a distinct pair's
+    spec, plan = compile_run(*base, "lane=dpo", "+hw=h100", "hw.devices=2")
+    assert dpo["lambda:H100:2"]["est_hours"] == pytest.approx(
+        cost_of(plan).seconds(2e9, 2e9) / 3600, rel=1e-3)
+    assert dpo["lambda:H100:2"]["objective"].startswith(
+        "dpo: per record 2 policy rows (forward + backward) + 2 reference forwards")
+    text = " ".join(render(est, 20).split())
+    assert "objective dpo: per record 2 policy rows" in text
+    assert "assumption: a forward without grad" in text

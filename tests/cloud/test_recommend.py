@@ -63,3 +63,18 @@ def test_mens_recommend_is_a_mens_command(tmp_path):
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path)
     assert p.returncode == 0, p.stderr
     assert "| 0.6b | lora | yes |" in (tmp_path / "r" / "recommendation.md").read_text()
+
+
+def test_the_memo_times_each_objective_by_what_it_runs(compose):
+    """The same rung and data: DPO's hours above SFT's, GRPO's (sampling token by token) far
+    above both, and the memo says what of it is assumed."""
+    from mens.cloud.recommend import recommend, render_md
+
+    r = recommend(compose(["+hw=h100", "recommend.rungs=[0.6b]",
+                           "recommend.lanes=[lora,dpo,grpo]", "spoke=skill_creation"]))
+    h = {c["lane"]: c["est_hours"] for c in r["cases"]}
+    assert 0 < h["lora"] < h["dpo"] < h["grpo"] and h["grpo"] > 5 * h["lora"], h
+    memo = render_md(r)
+    assert "objective dpo: per record 2 policy rows" in memo
+    assert "objective grpo: per record 4 sampled completions" in memo
+    assert "decoding: 1 ms per layer per token step" in memo

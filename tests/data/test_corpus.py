@@ -1,11 +1,15 @@
 """The eight spokes' corpora (mens/assets/corpora/, made by tools/make_corpus.py): size, schema,
 curriculum spread, ratings, admission (each check on real good and bad inputs, and the stored
-`verified` re-derived), loader errors, the mix rule, determinism and the held-out property."""
+`verified` re-derived), loader errors, the mix rule, determinism and the held-out property.
+The tool spokes keep tool use as structure (issue #38): rendered by the tiny rung's template they
+are, token for token, the text corpus they were; a user's record that writes calls as text
+still trains exactly as before."""
 from __future__ import annotations
 
 import json
 import math
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -17,8 +21,9 @@ import pytest
 import yaml
 
 from mens.synth.admission import CHECKS, check_all
-from mens.data.corpus import (DATA_DIR, PHASES, DataError, corpus_texts, load_eval, load_jsonl,
-                         load_spoke, render)
+from mens.data import tools as T
+from mens.data.corpus import (CHATML, DATA_DIR, PHASES, DataError, corpus_texts, load_eval,
+                              load_jsonl, load_spoke, render)
 
 ROOT = Path(__file__).resolve().parents[2]
 SPOKES = sorted(p.stem for p in (ROOT / "conf" / "spoke").glob("*.yaml"))
@@ -26,6 +31,9 @@ KEYS = ["id", "spoke", "source", "messages", "difficulty", "phase", "rating", "s
         "provenance", "verified"]
 PAIR_KEYS = ["id", "spoke", "source", "prompt", "chosen", "rejected", "difficulty", "phase",
              "rating", "split", "provenance", "verified"]
+TOOL_SPOKES = ("agent_harness", "mcp_tool_chain")     # records carry `tools` after `messages`
+TOOL_KEYS = KEYS[:4] + ["tools"] + KEYS[4:]
+TINY = ROOT / "mens" / "assets" / "tiny"
 NGRAM = 12
 
 
@@ -54,7 +62,8 @@ def test_size_and_schema(spoke):
     assert len(ids) == len(set(ids)), "ids must be unique within a spoke"
     for s in c["sources"]:
         for r in load_jsonl(DATA_DIR / spoke / s["path"]):
-            assert list(r) == (PAIR_KEYS if s.get("kind") == "preference" else KEYS)
+            assert list(r) == (PAIR_KEYS if s.get("kind") == "preference" else
+                               TOOL_KEYS if spoke in TOOL_SPOKES else KEYS)
             assert (r["spoke"], r["source"], r["split"]) == (spoke, s["name"], ["train"])
             assert r["id"].startswith(f"{spoke}-{s['name']}-")
             assert r["provenance"]["origin"] == "tools/make_corpus.py"
@@ -233,6 +242,165 @@ def test_stored_verified_is_what_the_check_says(spoke):
     assert check_all(check, recs) == [r["verified"] for r in recs]
 
 
+# ------------------------------------------------------------------ tool use as structure
+# The tiny rung's template before issue #38 (tools/tiny_base.py then): ChatML, no tool branch.
+OLD_TINY_TEMPLATE = (
+    "{%- for message in messages %}"
+    "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}")
+
+
+def as_text(m: dict) -> str:
+    """A message as the corpus wrote it before #38: each call a Hermes block after the content."""
+    calls = [f"<tool_call>\n{T.call_text(c)}\n</tool_call>" for c in m.get("tool_calls") or []]
+    return "\n".join(([m["content"]] if m["content"] or not calls else []) + calls)
+
+
+def text_form(rec: dict) -> dict:
+    """The record in the text form a user's data (and mens's corpora before #38) has: the schemas
+    pasted into the system prompt as a <tools> block, calls in `content`, bare tool turns."""
+    lines = "\n".join(json.dumps(t["function"], ensure_ascii=False) for t in rec["tools"])
+    msgs = [{"role": m["role"], "content": as_text(m)} for m in rec["messages"]]
+    msgs[0]["content"] += f"\n\n<tools>\n{lines}\n</tools>"
+    return {"messages": msgs}
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    from mens.data.encoder import RunEncoder
+    return RunEncoder.load(TINY)
+
+
+@pytest.mark.parametrize("spoke", TOOL_SPOKES)
+def test_tool_spokes_keep_tool_use_as_structure(spoke):
+    """The tools in `tools`, every call in `tool_calls` (a 9-character id: Mistral refuses any
+    other), every result a tool turn naming its call — and no call syntax or schema block written
+    as text anywhere, so no family's template meets another family's syntax."""
+    recs, calls = train_records(spoke) + eval_records(spoke), 0
+    for r in recs:
+        assert r["tools"] and T.normalize_tools(r["tools"]) == r["tools"], r["id"]
+        names, msgs = T.tool_names(r["tools"]), r["messages"]
+        assert not any(w in m["content"] for m in msgs for w in ("<tool_call>", "<tools>")), r["id"]
+        made = [c for m in msgs for c in m.get("tool_calls", [])]
+        assert all(re.fullmatch("[0-9a-z]{9}", c["id"]) for c in made)
+        assert len({c["id"] for c in made}) == len(made)
+        assert all(c["function"]["name"] in names and isinstance(c["function"]["arguments"], dict)
+                   for c in made)
+        by_id = {c["id"]: c["function"]["name"] for c in made}
+        results = [m for m in msgs if m["role"] == "tool"]
+        assert sorted(m["tool_call_id"] for m in results) == sorted(by_id), r["id"]
+        assert all(by_id[m["tool_call_id"]] == m["name"] for m in results)
+        calls += len(made)
+    assert calls >= 2 * len(recs)
+
+
+@pytest.mark.parametrize("spoke", TOOL_SPOKES)
+def test_tool_spokes_render_natively_to_the_text_corpus_they_were(spoke, tiny):
+    """Through the tiny rung's own template (hermes syntax), every record loses no call (read =
+    rendered = supervised) and is — ids and labels — what the pre-#38 encoder
+    (mens.data.pack.tokenize_chat) makes of its text form with the schemas in the system turn:
+    the calls the model learns are the same tokens, and only answers are supervised."""
+    from mens.data.pack import tokenize_chat
+
+    assert tiny.tool_syntax == "hermes"
+    # a third of the records (seconds, not tens of seconds); `mens data inspect` counts them all
+    for r in (train_records(spoke) + eval_records(spoke))[::3]:
+        stats: dict = {}
+        ids, labels = tiny.encode(r["messages"], None, stats, r["tools"])
+        n = sum(len(m.get("tool_calls") or []) for m in r["messages"])
+        assert stats["tool_calls_read"] == stats["tool_calls_rendered"] == n > 0, r["id"]
+        assert stats["tool_calls_supervised"] == n and stats["tool_calls_truncated"] == 0
+        text = tiny.template.render(r["messages"], tools=r["tools"])
+        system = text[len("<|im_start|>system\n"):text.index("<|im_end|>")]
+        assert system.startswith(r["messages"][0]["content"] + "\n\n# Tools")
+        assert all(json.dumps(t, ensure_ascii=False) in system for t in r["tools"])
+        old = [{"role": "system", "content": system}] + [
+            {"role": m["role"], "content": as_text(m)} for m in r["messages"][1:]]
+        assert text == "".join(CHATML.format(**m) for m in old) == render(r)
+        assert (ids, labels) == tokenize_chat(tiny.tok, old), r["id"]
+
+
+# Each family's template variables and the special tokens it ends turns with (its
+# tokenizer_config.json), for the real templates in tests/data/fixtures/templates.
+QWEN = ({"eos_token": "<|im_end|>"}, ["<|im_start|>", "<|im_end|>", "<|endoftext|>"])
+LLAMA = ({"bos_token": "<|begin_of_text|>", "eos_token": "<|eot_id|>"},
+         ["<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>",
+          "<|eom_id|>", "<|python_tag|>"])
+FAMILY_TEMPLATES = {"qwen3": QWEN, "qwen2_5": QWEN, "llama3": LLAMA, "llama3_3": LLAMA,
+                    "mistral": ({"bos_token": "<s>", "eos_token": "</s>"}, ["<s>", "</s>"])}
+
+
+@pytest.mark.parametrize("family", sorted(FAMILY_TEMPLATES))
+def test_each_family_renders_the_tool_spokes_natively(family):
+    """Through each family's own published template (every fifth record of both tool spokes):
+    every call reads back out of the rendered text in that family's syntax, none lost. Llama
+    3.x's template refuses a turn holding several calls ("This model only supports single
+    tool-calls at once!"): such a record is refused loudly, never rendered without its calls."""
+    from mens.data.template import ChatTemplate
+
+    variables, tokens = FAMILY_TEMPLATES[family]
+    source = (ROOT / "tests/data/fixtures/templates" / f"{family}.jinja").read_text()
+    tpl = ChatTemplate(source, variables, tokens, family)
+    assert tpl.syntax == {"qwen": "hermes", "llam": "llama3", "mist": "mistral"}[family[:4]]
+    rendered = refused = 0
+    for r in [r for s in TOOL_SPOKES for r in train_records(s) + eval_records(s)][::5]:
+        n = sum(len(m.get("tool_calls") or []) for m in r["messages"])
+        parallel = any(len(m.get("tool_calls") or []) > 1 for m in r["messages"])
+        if family.startswith("llama") and parallel:
+            with pytest.raises(DataError, match="only supports single tool-calls"):
+                tpl.render_spans(r["messages"], None, r["tools"])
+            refused += 1
+            continue
+        calls = tpl.render_spans(r["messages"], None, r["tools"]).calls
+        assert sum(c[1] for c in calls) == sum(c[2] for c in calls) == n > 0, r["id"]
+        rendered += 1
+    assert rendered >= 80 and (refused > 0) == family.startswith("llama")
+
+
+def test_a_users_calls_written_as_text_train_as_text_unchanged(tmp_path, tiny):
+    """A user's dataset in the old corpus style (calls as <tool_call> text in `content`, schemas
+    in the system prompt, bare tool turns) is read as it is — no tools, no tool_calls — and its
+    rendering and labels are byte-identical to what the tiny rung trained before #38: the old
+    template's text, pack.tokenize_chat's ids and labels."""
+    from mens.data.chat_template import render as render_template
+    from mens.data.pack import tokenize_chat
+    from mens.data.sources import load_data
+
+    recs = [text_form(r) for r in train_records("mcp_tool_chain")[:120]]
+    path = tmp_path / "old_style.jsonl"
+    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in recs))
+    ds = load_data({"source": "file", "path": str(path), "eval_fraction": 0.1,
+                    "decontam_n": 0}, "sft")     # one shared system prompt: no n-gram test
+    assert ds.format == "messages" and len(ds.train) + len(ds.eval) == len(recs)
+    given = {json.dumps(r["messages"]) for r in recs}
+    for r in [*ds.train, *ds.eval]:
+        assert "tools" not in r and not any("tool_calls" in m for m in r["messages"])
+        assert json.dumps(r["messages"]) in given                  # read exactly as written
+        stats: dict = {}
+        ids, labels = tiny.encode(r["messages"], None, stats, r.get("tools"))
+        assert "tool_calls_read" not in stats                      # text, not calls
+        assert tiny.template.render(r["messages"]) == \
+            render_template(OLD_TINY_TEMPLATE, r["messages"], {})
+        assert (ids, labels) == tokenize_chat(tiny.tok, r["messages"])
+        assert tiny.marked(r).count("⟦") == sum(m["role"] == "assistant" for m in r["messages"])
+
+
+def test_corpus_tool_structure_errors_name_line_and_key(tmp_path):
+    good = json.loads((DATA_DIR / "mcp_tool_chain" / "single_calls.jsonl").open().readline())
+    undeclared, orphan, string_args = (json.loads(json.dumps(good)) for _ in range(3))
+    undeclared["messages"][2]["tool_calls"][0]["function"]["name"] = "launch_rocket"
+    orphan["messages"][3]["tool_call_id"] = "zzzzzzzzz"
+    string_args["messages"][2]["tool_calls"][0]["function"]["arguments"] = '{"city": "Oslo"}'
+    for bad, key, words in ((undeclared, "messages[2].tool_calls[0].function.name",
+                             "not in the record's `tools`"),
+                            (orphan, "messages[3]", "answers no call"),
+                            (string_args, "messages", "OpenAI's form")):
+        with pytest.raises(DataError) as e:
+            load_jsonl(write(tmp_path, [good, bad]))
+        assert (e.value.line, e.value.key) == (2, key) and words in e.value.message, e.value
+
+
 # ------------------------------------------------------------------ loader errors
 GOOD = json.loads((DATA_DIR / "vox_lang" / "grammar_drills.jsonl").open().readline())
 
@@ -364,8 +532,9 @@ def grams(text: str) -> set[tuple[str, ...]]:
 
 
 def answer(rec: dict) -> str:
+    """Every assistant turn, its tool calls as the Hermes text a model writes for them."""
     msgs = rec["chosen"] + rec["rejected"] if "prompt" in rec else rec["messages"]
-    return "\n".join(m["content"] for m in msgs if m["role"] == "assistant")
+    return "\n".join(as_text(m) for m in msgs if m["role"] == "assistant")
 
 
 def prompt(rec: dict) -> str:
@@ -382,7 +551,7 @@ def test_no_eval_record_is_contained_in_any_training_text():
     seen: set = set()
     for r in train:
         msgs = r["prompt"] + r["chosen"] + r["rejected"] if "prompt" in r else r["messages"]
-        seen |= grams("\n".join(m["content"] for m in msgs))
+        seen |= grams("\n".join(as_text(m) for m in msgs))
     for f in sorted((DATA_DIR / "pretrain").glob("*.txt")):
         seen |= grams(f.read_text(encoding="utf-8"))
     prompts = {prompt(r) for r in train}

@@ -20,6 +20,23 @@ GRPO = [*FAST_TRAIN, "lane=grpo", "spoke=structured_shell", "train.max_steps=2",
         "train.eval_max_records=2", "train.global_batch=2", "train.micro_batch=2",
         f"lane.grpo.num_generations={G}", f"lane.grpo.max_completion_length={T}"]
 SEQ = {"lora": 256, "qlora": 128, "full": 256}   # qlora: its CPU kernels are slow
+# each of TRL's loss_type names mens documents trains somewhere here (dapo: the default)
+LOSS = {"lora": "dr_grpo", "qlora": "dapo", "full": "dapo"}
+
+
+def test_every_documented_loss_type_is_accepted_and_no_other(compose):
+    """Issue #37: dr_grpo was documented (README, mens.objective.grpo) but refused by
+    validation. The one list (schema.GRPO_LOSSES) is what validation and the loss both read."""
+    from mens.config.schema import GRPO_LOSSES
+    from mens.errors import ConfigError
+    from mens.objective.grpo import LOSS_TYPES
+
+    assert set(GRPO_LOSSES) == set(LOSS_TYPES) == {"dapo", "grpo", "bnpo", "dr_grpo"}
+    for loss in GRPO_LOSSES:
+        assert compose(["lane=grpo", f"lane.grpo.loss_type={loss}"]).lane.grpo.loss_type == loss
+    with pytest.raises(ConfigError) as e:
+        compose(["lane=grpo", "lane.grpo.loss_type=dr-grpo"])
+    assert e.value.key == "lane.grpo.loss_type" and "dr_grpo" in e.value.message
 
 
 @pytest.mark.parametrize("method", list(SEQ))
@@ -27,7 +44,8 @@ def test_grpo_trains_on_each_method(compile_run, tmp_path, capsys, method):
     from mens.train.run import train_run
 
     spec, plan = compile_run(*GRPO, f"lane.method={method}", f"train.seq_len={SEQ[method]}",
-                             purpose="train")
+                             f"lane.grpo.loss_type={LOSS[method]}", purpose="train")
+    assert spec.lane.grpo.loss_type == LOSS[method]
     assert not plan.shape.packing and plan.cell.split("/")[1] == f"{method}-grpo"
     summary = train_run(spec, plan, tmp_path)
     assert summary["steps"] == 2

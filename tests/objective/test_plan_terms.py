@@ -127,3 +127,23 @@ def test_a_record_of_unpacked_rows_is_kept_at_the_rows_it_had(tmp_path):
     grpo = record("grpo", generation=64, shapes=[[2, 40]])
     unpacked_rows(grpo, tmp_path)
     assert (grpo["seq_len"], grpo["planned_seq_len"]) == (190, 512)
+
+
+@pytest.mark.parametrize("objective", ["sft", "dpo", "orpo", "simpo", "kto", "grpo"])
+def test_the_rows_timed_are_the_rows_held(compose, objective):
+    """Each card declares its cost once (mens.config.objectives.StepCost): the rows its passes
+    run with grad are the rows the memory model holds (ORPO's 3: the chosen rows twice), a
+    reference forward exactly where the objective has a reference, sampling only for GRPO."""
+    from mens.config.objectives import card
+
+    for extra in ([], ["lane.grpo.beta=0"] if objective == "grpo" else []):
+        lane = compose([f"lane={'lora' if objective == 'sft' else objective}", *extra]).lane
+        c = card(lane)
+        ref = c.needs_reference(lane)
+        cost = c.step_cost(c.rows_per_record(lane), ref)
+        assert sum(cost.grad) == c.rows_per_record(lane)
+        assert (cost.grad, cost.forward, cost.reference, cost.samples) == {
+            "sft": ((1,), 0, 0, 0), "dpo": ((2,), 0, 2, 0), "orpo": ((2, 1), 0, 0, 0),
+            "simpo": ((2,), 0, 0, 0), "kto": ((1,), 1, 2, 0),
+            "grpo": ((4,), 4 if ref else 0, 0, 4)}[objective]
+        assert cost.oracle == (objective == "grpo") and cost.where.startswith("mens/objective/")

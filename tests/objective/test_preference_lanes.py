@@ -217,3 +217,80 @@ def test_kto_step_is_the_pure_loss_on_independent_logps(compile_run):
                      metrics["rewards/chosen"])
     # the matched rows as the KL baseline would give another z₀ (and, unclamped, another loss)
     assert abs(float(kto_kl(pol[:n], ref[:n]) - kl)) > 1e-3
+
+
+# ------------------------------------- the logged loss under accumulation is the step's (#37)
+def _reference_pass(obj, spec, tok, items):
+    from mens.train.module import reference_scorer
+
+    if obj.name in ("dpo", "kto"):                  # against other weights
+        obj.prepare(reference_scorer(tiny_model(len(tok), 2), spec), items, None)
+
+
+@pytest.mark.parametrize("objective", ["dpo", "orpo", "simpo", "kto"])
+def test_the_logged_loss_is_the_mean_over_the_accumulation_window(compile_run, objective):
+    """Lightning backwards each micro-batch's loss / grad_accum, so an optimizer step minimises
+    the mean of its micro-batches' losses: that mean is what the step logs (issue #37: it was the
+    last micro-batch's). Two micro-batches of two records on one model: the second one's logged
+    loss is the mean of both; a new window starts afresh. DPO and SimPO (a plain mean over
+    pairs) also equal the one batch of four; ORPO's token-weighted NLL and KTO's z₀ are per
+    micro-batch, so their step is the mean of the micro-batches' (TRL logs the same)."""
+    import torch
+
+    from mens.objective import build
+    from mens.objective.base import Step
+    from mens.objective.dpo import pair_batch
+    from mens.train.module import sequence_logps
+
+    spec, tok, _, items, whole = fixed_batch(compile_run, objective)
+    halves = [pair_batch(items[:2], spec.train.seq_len), pair_batch(items[2:], spec.train.seq_len)]
+    model = tiny_model(len(tok), 0)
+    chunked = spec.train.loss == "chunked"
+
+    def ctx(group):
+        return Step(logps=lambda b: sequence_logps(model, b, chunked), lm_loss=None, world=1,
+                    all_sum=None, model=model, group=group)
+
+    def fresh():
+        obj = build(spec)
+        _reference_pass(obj, spec, tok, items)
+        return obj
+
+    with torch.no_grad():
+        alone = fresh()
+        micro = [float(alone.step(ctx(None), dict(b))[1]["loss"]) for b in halves]
+        assert abs(micro[0] - micro[1]) > 1e-4 * abs(micro[1])    # ≫ rel 1e-6: last ≠ mean
+        obj = fresh()
+        first = obj.step(ctx((0, 0)), dict(halves[0]))
+        second = obj.step(ctx((0, 0)), dict(halves[1]))
+        assert float(first[1]["loss"]) == pytest.approx(micro[0], rel=1e-6)
+        assert float(second[0]) == pytest.approx(micro[1], rel=1e-6)   # what is backwarded
+        assert float(second[1]["loss"]) == pytest.approx(sum(micro) / 2, rel=1e-6)
+        assert set(first[1]) <= set(second[1])                 # every metric is the step's
+        again = obj.step(ctx((0, 1)), dict(halves[0]))          # the next step: a new window
+        assert float(again[1]["loss"]) == pytest.approx(micro[0], rel=1e-6)
+        if objective in ("dpo", "simpo"):
+            one = float(fresh().step(ctx(None), dict(whole))[1]["loss"])
+            assert float(second[1]["loss"]) == pytest.approx(one, rel=1e-5)
+
+
+def test_a_real_accumulated_step_logs_the_steps_loss(compile_run, tmp_path):
+    """The same through the Lightning loop (mens.train.run): SimPO's first step over the same two
+    pairs logs one loss whether they come as 2 × 1 or 1 × 2 (micro_batch × grad_accum). Before
+    the fix 1 × 2 logged its last pair's loss: 1.9923 against the step's 2.0052 here. (That the
+    two pairs' losses differ is the test above's, on the objective itself.)"""
+    from mens.train.run import train_run
+
+    def first_loss(micro: int, accum: int) -> float:
+        out = tmp_path / f"{micro}x{accum}"
+        spec, plan = compile_run(*FAST_TRAIN, "lane=simpo", *PAIRS, "train.seq_len=128",
+                                 "train.max_steps=1", "train.eval_every=0",
+                                 "train.eval_max_records=1", "train.global_batch=2",
+                                 f"train.micro_batch={micro}", f"train.grad_accum={accum}",
+                                 purpose="train")
+        assert (spec.train.micro_batch, spec.train.grad_accum) == (micro, accum)
+        train_run(spec, plan, out)
+        (row,) = [r for r in read(out / "telemetry.jsonl") if r["event"] == "TRAIN_STEP"]
+        return row["loss"]
+
+    assert first_loss(1, 2) == pytest.approx(first_loss(2, 1), rel=1e-5)

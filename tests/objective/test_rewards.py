@@ -102,3 +102,24 @@ def test_a_teacher_reward_without_a_teacher_and_unknown_rewards_are_config_error
         oracle_rewards("shell_syntax", [rec], [head], ["x"], reward="teacher")
     with pytest.raises(ConfigError, match="grpo.reward=best"):
         oracle_rewards("shell_syntax", [rec], [head], ["x"], reward="best")
+
+
+def test_tool_calls_are_read_in_the_policys_syntax():
+    """A Llama 3 policy writes a call as a JSON object: pieces, the format reward and the
+    oracle read it in that syntax (the record's `tools` declare the schemas), and the same text
+    read as Hermes holds no call. (issue #38)"""
+    tools = [{"type": "function", "function": {"name": "convert", "parameters": {
+        "type": "object", "properties": {"amount": {"type": "number"}, "to": {
+            "type": "string", "pattern": "^[A-Z]{3}$"}}, "required": ["amount", "to"]}}}]
+    rec, head = prompt({"role": "system", "content": "Convert."}, "10 EUR in USD")
+    rec = {**rec, "tools": tools}
+    ok, wrong = '{"name": "convert", "parameters": {"amount": 10, "to": "USD"}}', \
+        '{"name": "convert", "parameters": {"amount": 10, "to": "usd"}}'
+    assert pieces("tool_call_schema", ok, "llama3") == [
+        '<tool_call>\n{"name": "convert", "arguments": {"amount": 10, "to": "USD"}}\n</tool_call>']
+    assert has_shape("tool_call_schema", ok, "llama3") and not has_shape("tool_call_schema", ok)
+    r = oracle_rewards("tool_call_schema", [rec] * 3, [head] * 3, [ok, wrong, "no call"],
+                       reward="partial", format_weight=0.5, syntax="llama3")
+    assert r.passed == [1.0, 0.0, 0.0] and r.partial == [1.0, 0.0, 0.0]
+    assert r.format == [1.0, 1.0, 0.0] and r.total == [1.5, 0.5, 0.0]
+    assert oracle_rewards("tool_call_schema", [rec], [head], [ok]).passed == [0.0]   # as Hermes

@@ -38,15 +38,20 @@ TORCHTUNE = ["+hw=rtx4090", "+rung=hf", "rung.repo_id=meta-llama/Llama-3.1-8B",
              "train.seq_len=2048", "train.micro_batch=2", "lane.gradient_checkpointing=true"]
 
 
-@pytest.mark.parametrize("lane, gib, lo, hi, tps", [
-    ("lora", 16.2, -0.05, 0.25, 3083), ("qlora", 7.4, -0.10, 0.30, 2413)])
-def test_torchtunes_rtx4090_rows_planned_as_written(compile_run, hub, lane, gib, lo, hi, tps):
+# qlora + ckpt is no longer external: axolotl's Llama-2 QLoRA row ran xformers attention (its
+# yml says so; it was read as eager), and held out it sits 35 % above prediction, a margin the
+# cell keeps (above the uncalibrated 25 %), so it plans under that margin and says so.
+@pytest.mark.parametrize("lane, gib, external", [("lora", 16.2, True), ("qlora", 7.4, False)])
+def test_torchtunes_rtx4090_rows_planned_as_written(compile_run, hub, lane, gib, external):
     """torchtune's README: Llama-3.1-8B on one RTX 4090, batch 2 packed to 2,048 with
-    activation checkpointing: LoRA 16.2 GiB / 3,083 tokens/s, QLoRA 7.4 GiB / 2,413."""
+    activation checkpointing: LoRA 16.2 GiB, QLoRA 7.4 GiB. Planned as written it fits, the
+    fitted prediction is within -10 %..+25 % of the reading and the planned peak (prediction +
+    the cell's margin) is above it. Its tokens/s are checked held out by source, not here
+    (tests/calibrate/test_external.py: the plan's speed fit includes torchtune's own rows)."""
     spec, p = compile_run(*TORCHTUNE, f"lane={lane}")
-    assert p.fits and p.external, (p.peak_bytes / GiB, p.cell)
-    assert lo <= p.peak_bytes / GiB / gib - 1 <= hi, p.peak_bytes / GiB
-    assert 0.5 <= p.est_tokens_per_s / tps <= 2.0, p.est_tokens_per_s
+    assert p.fits and p.external == external, (p.peak_bytes / GiB, p.cell)
+    assert -0.10 <= p.raw_bytes / GiB / gib - 1 <= 0.25, p.raw_bytes / GiB
+    assert p.peak_bytes / GiB >= gib
     assert p.speed["measured"] and "leave-one-source-out" in p.speed["how"]
     assert p.params_total == 8_030_261_248 and 0 < p.params_trainable < p.params_total
 
@@ -62,10 +67,18 @@ def test_the_plan_names_the_exact_counts_and_its_sources(mens_cli, hub, tmp_path
     assert plan["speed"]["tokens_per_s"] > 0 and plan["speed"]["measured"]
 
 
-# A published fit mens still refuses, said rather than hidden: LitGPT's Llama 2 13B LoRA read
-# 35.5 GiB *allocated* on a 40 GB A100 (11 % to spare); mens plans what the caching allocator
-# reserves, 39.1 GiB, over that tier's 37.3 GiB budget.
-KNOWN_REFUSALS = {"litgpt-resource-tables-llama2-13b-lora-mb1-a100-40g"}
+# Published fits mens refuses, said rather than hidden. The lora + nockpt cell's margin covers
+# every held-out record of it (14 %: LitGPT's Llama-3.2-1B LoRA sits 13.9 % above its held-out
+# prediction), and LitGPT's larger rows, which read *allocated* bytes, are predicted 5-7 % above
+# their readings before that margin: Llama 2 7B 18.4 GiB read, 22.4 GiB planned on an A10G's
+# 22.1 GiB budget; Mistral 7B (v0.1 and v0.2) 19.2 read, 23.6 planned; Llama 2 13B on a 40 GB
+# A100 35.5 read, 42.6 planned (37.3 budget). Planning them from allocated bytes would need a
+# reserved-over-allocated gap the evidence does not show: LitGPT's allocated rows sit above the
+# analytic count (median +6 %) as much as the reserved ones do (+2 %).
+KNOWN_REFUSALS = {"litgpt-resource-tables-llama2-13b-lora-mb1-a100-40g",
+                  "litgpt-config-hub-llama2-7b-lora-a10g",
+                  "litgpt-config-hub-mistral-7b-v0.2-lora-a10g",
+                  "litgpt-config-hub-mistral-7b-lora-a10g"}
 
 
 def test_no_published_fit_with_room_to_spare_is_refused():

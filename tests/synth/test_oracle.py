@@ -5,6 +5,7 @@ its tool is not on PATH, or the child cannot even start). Also: what the sandbox
 memory blow-ups, a batch that survives one bad record, and the linear fence scanner."""
 from __future__ import annotations
 
+import json
 import random
 import re
 import shutil
@@ -258,3 +259,108 @@ def test_empty_fences_prove_nothing(check, lang):
     [v] = judge_batch(check, [looped])
     assert v.passed is False and f"{lang} block 1: empty (no code)" in v.diagnostics
     assert f"{lang} block 2: empty" in v.diagnostics
+
+
+# ------------------------------------------------------------------ tool use as structure (#38)
+SCHEMAS = [{"type": "function", "function": {"name": "convert_currency", "parameters": {
+    "type": "object", "properties": {"amount": {"type": "number", "minimum": 0},
+                                     "from": {"type": "string", "pattern": "^[A-Z]{3}$"},
+                                     "to": {"type": "string", "pattern": "^[A-Z]{3}$"}},
+    "required": ["amount", "from", "to"], "additionalProperties": False}}},
+    {"type": "function", "function": {"name": "run", "parameters": {
+        "type": "object", "properties": {"command": {"type": "string"}}}}}]
+ARGS = {"amount": 10, "from": "EUR", "to": "USD"}
+
+
+def called(*calls, content=""):
+    """An assistant turn calling (name, arguments, id) each."""
+    return {"role": "assistant", "content": content, "tool_calls": [
+        {"id": i, "type": "function", "function": {"name": n, "arguments": a}}
+        for n, a, i in calls]}
+
+
+def tooled(*msgs):
+    return {"messages": [{"role": "system", "content": "Convert money."},
+                         {"role": "user", "content": "10 EUR in USD?"}, *msgs],
+            "tools": SCHEMAS}
+
+
+def result(call_id, name, content="ok"):
+    return {"role": "tool", "tool_call_id": call_id, "name": name, "content": content}
+
+
+def test_structured_calls_are_judged_against_the_records_tools():
+    """The record's `tools` declare, its `tool_calls` call: each call's name must be declared and
+    its arguments valid against the schema; arguments given as a JSON string are read (OpenAI's
+    wire form), one that is not JSON is named."""
+    good = tooled(called(("convert_currency", ARGS, "a1"), ("run", {"command": "ls"}, "b2"),
+                         content="Both."),
+                  result("a1", "convert_currency"), result("b2", "run"),
+                  {"role": "assistant", "content": "10.8 USD."})
+    wire = tooled(called(("convert_currency", json.dumps(ARGS), "a1")))
+    bad = tooled(called(("convert_currency", {**ARGS, "amount": "10"}, "a1"),
+                        ("weather", {}, "b2")))
+    broken = tooled(called(("convert_currency", '{"amount": 10,', "a1")))
+    none = tooled({"role": "assistant", "content": "10.8 USD, from memory."})
+    g, w, b, x, n = judge_batch("tool_call_schema", [good, wire, bad, broken, none])
+    assert g.passed is True and w.passed is True
+    assert b.passed is False and "call 1 `convert_currency` arguments $.amount: '10' is not " \
+        "of type 'number'" in b.diagnostics and "call 2 `weather`: no such tool" in b.diagnostics
+    assert x.passed is False and "tool_calls[0].function.arguments` is not valid JSON" in \
+        x.diagnostics
+    assert n.passed is False and "no tool call in the answer" in n.diagnostics
+
+
+def test_structured_results_must_answer_their_calls():
+    """A result answers an open call of the turn before it: by `tool_call_id`, else by `name`
+    (in any order); one naming no open call, or one call too few answered, fails."""
+    calls = called(("convert_currency", ARGS, "a1"), ("run", {"command": "ls"}, "b2"))
+    done = {"role": "assistant", "content": "Done."}
+    good = tooled(calls, result("b2", "run"), result("a1", "convert_currency"), done)
+    by_name = tooled(calls, {"role": "tool", "name": "run", "content": "x"},
+                     {"role": "tool", "name": "convert_currency", "content": "y"}, done)
+    wrong_id = tooled(calls, result("a1", "convert_currency"), result("zz", "run"), done)
+    wrong_name = tooled(calls, result("a1", "convert_currency"),
+                        {"role": "tool", "name": "convert_currency", "content": "again"}, done)
+    short = tooled(calls, result("a1", "convert_currency"), done)
+    vs = judge_batch("transcript_structure", [good, by_name, wrong_id, wrong_name, short])
+    assert [v.passed for v in vs] == [True, True, False, False, False]
+    assert "message 5 (tool): its tool_call_id 'zz' answers none of the open calls (run)" in \
+        vs[2].diagnostics
+    assert "its name 'convert_currency' answers none of the open calls (run)" in vs[3].diagnostics
+    assert "message 5 (assistant): expected a tool result, 1 call(s)" in vs[4].diagnostics
+
+
+CALLED = {"hermes": '<tool_call>\n{"name": "convert_currency", "arguments": %s}\n</tool_call>',
+          "llama3": '{"name": "convert_currency", "parameters": %s}',
+          "mistral": '[TOOL_CALLS] [{"name": "convert_currency", "arguments": %s}]'}
+
+
+@pytest.mark.parametrize("syntax", sorted(CALLED))
+def test_a_models_answer_is_read_in_the_runs_syntax(syntax):
+    """oracle_record(…, syntax) hands the answer to the check as text marked with the model's
+    syntax; the child reads the calls out (mens.data.tool_syntax) and judges them against the
+    record's tools. The same call in another family's syntax is no call; a call that does not
+    parse is a failure saying so."""
+    from mens.synth.oracle_checks import oracle_record
+
+    rec = tooled(called(("convert_currency", ARGS, "a1")), result("a1", "convert_currency"),
+                 {"role": "assistant", "content": "10.8 USD."})
+    head = rec["messages"][:2]
+    ok, wrong = (CALLED[syntax] % json.dumps(a) for a in (ARGS, {**ARGS, "to": "usd"}))
+    other = "llama3" if syntax != "llama3" else "hermes"
+    answers = [(ok, syntax), (wrong, syntax), (ok, other), (ok[:-3], syntax)]
+    recs = [oracle_record(rec, head, t, "tool_call_schema", s) for t, s in answers]
+    assert all(r["tools"] == SCHEMAS and r["messages"][-1]["tool_syntax"] == s
+               for r, (_, s) in zip(recs, answers))
+    good, bad, foreign, cut = judge_batch("tool_call_schema", recs)
+    assert good.passed is True
+    assert bad.passed is False and "$.to: 'usd' does not match" in bad.diagnostics
+    assert foreign.passed is False and "no tool call in the answer" in foreign.diagnostics
+    assert cut.passed is False and ("does not parse" in cut.diagnostics
+                                    or "not closed" in cut.diagnostics), cut.diagnostics
+    # a transcript: a final answer closes it, a call leaves it waiting for its result
+    final, calling = (oracle_record(rec, head, t, "transcript_structure", syntax)
+                      for t in ("10.8 USD.", ok))
+    f, c = judge_batch("transcript_structure", [final, calling])
+    assert f.passed is True and c.passed is False and "expecting a tool result" in c.diagnostics

@@ -1,10 +1,12 @@
 """agent_harness: coding-agent transcripts — plan, act with tools, observe, recover. Tool results
 are consistent with the simulated repository: file contents are the bug bank's real source,
-and test output comes from running the buggy and fixed code (agent_bugs)."""
+and test output comes from running the buggy and fixed code (agent_bugs). Tool use is kept as
+structure (the record's `tools`, assistant `tool_calls`, `tool` turns answering them by id), so
+each model family's chat template writes it in its own syntax."""
 from __future__ import annotations
 
 from .agent_bugs import BUGS, MODULES, case, pytest_fail, pytest_pass
-from .common import jdump, msg, record
+from .common import act, fn, msg, schema, tool_record
 
 HARNESS = [
     "You are a coding agent in a repository. Work in small steps: look before you change, "
@@ -14,18 +16,18 @@ HARNESS = [
     "You operate a developer workstation through tools. Plan briefly, act, read the output, "
     "and recover from failed steps instead of repeating them.",
 ]
-TOOLS = [{"name": "run", "description": "Run a shell command in the repo root.", "parameters": {
-    "type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]}},
-    {"name": "read_file", "description": "Read a file.", "parameters": {"type": "object",
-     "properties": {"path": {"type": "string"}}, "required": ["path"]}},
-    {"name": "edit_file", "description": "Replace one exact occurrence of `old` with `new`.",
-     "parameters": {"type": "object", "properties": {"path": {"type": "string"},
-                                                     "old": {"type": "string"},
-                                                     "new": {"type": "string"}},
-                    "required": ["path", "old", "new"]}},
-    {"name": "search", "description": "Search the repo for a regex.", "parameters": {
+TOOLS = [schema("run", "Run a shell command in the repo root.", {
+    "type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]}),
+    schema("read_file", "Read a file.", {"type": "object",
+                                         "properties": {"path": {"type": "string"}},
+                                         "required": ["path"]}),
+    schema("edit_file", "Replace one exact occurrence of `old` with `new`.", {
+        "type": "object", "properties": {"path": {"type": "string"}, "old": {"type": "string"},
+                                         "new": {"type": "string"}},
+        "required": ["path", "old", "new"]}),
+    schema("search", "Search the repo for a regex.", {
         "type": "object", "properties": {"pattern": {"type": "string"}},
-        "required": ["pattern"]}}]
+        "required": ["pattern"]})]
 RUNNERS = ["python -m pytest -q", "python -m pytest -q -x", "python -m pytest -q --tb=short",
            "python -m pytest -q -ra", "python -m pytest -q --maxfail=1",
            "python -m pytest -q -p no:randomly"]
@@ -39,12 +41,16 @@ def ticket(c):
 
 
 def system(c):
-    return msg("system", c.choice(HARNESS) + "\n\n<tools>\n" +
-               "\n".join(jdump(t) for t in TOOLS) + "\n</tools>")
+    """The harness prompt; the tools are the record's `tools` (the chat template writes them)."""
+    return msg("system", c.choice(HARNESS))
 
 
 def call(name, **args):
-    return f"<tool_call>\n{jdump({'name': name, 'arguments': args})}\n</tool_call>"
+    return fn(name, args)
+
+
+def record(msgs, difficulty, phase, strategy):
+    return tool_record(msgs, TOOLS, difficulty, phase, strategy)
 
 
 def repo(c):
@@ -61,7 +67,7 @@ def look(c):
     msgs = [system(c), msg("user", ticket(c) + c.pick([f"What does `{fn}` in {path} do?",
                                            f"Explain {path} to me briefly.",
                                            f"Summarise the function in {path}."])),
-            msg("assistant", call("read_file", path=path)),
+            act("", call("read_file", path=path)),
             msg("tool", bug["src"]),
             msg("assistant", f"`{path}` defines `{fn}`. " + c.pick([
                 f"Note: {bug['why']} — worth a test.", f"One thing looks wrong: {bug['why']}.",
@@ -79,7 +85,7 @@ def run_tests(c):
         f"Run {pkg}'s test suite and tell me what fails.", f"Are the {pkg} tests green?",
         f"Status of the tests in {pkg}?", f"Quick check: does {pkg} pass its tests?",
         f"Run the {pkg} tests, report only.", f"What's failing in {pkg} right now?"])),
-            msg("assistant", call("run", command=c.pick(RUNNERS))),
+            act("", call("run", command=c.pick(RUNNERS))),
             msg("tool", out),
             msg("assistant", f"{passed} passed, 1 failed: `{test}` in {test_file} — "
                              f"`{call_}` returned {got!r}, expected {want!r}. " + c.pick([
@@ -115,37 +121,37 @@ def fix(c, recover: str | None = None):
         f"Make {pkg}'s tests green again; {test_file} is the red one."]))]
     runner = c.pick(RUNNERS)
     first = runner if recover != "no_pytest" else runner.replace("python -m ", "")
-    msgs += [msg("assistant", c.pick(["Reproducing first.", "Let me run the tests.",
-                                      "Starting with the failing run."]) + "\n" + call("run", command=first))]
+    msgs += [act(c.pick(["Reproducing first.", "Let me run the tests.",
+                         "Starting with the failing run."]), call("run", command=first))]
     if recover == "no_pytest":
         msgs += [msg("tool", "bash: pytest: command not found\n(exit 127)"),
-                 msg("assistant", c.pick([
+                 act(c.pick([
                      "No `pytest` on PATH; the venv's interpreter can run it as a module.",
                      "`pytest` isn't installed as a script here, but `python -m pytest` works "
                      "from the project interpreter.", "Command not found: falling back to "
-                     "running pytest through python."]) + "\n" + call("run", command=runner))]
+                     "running pytest through python."]), call("run", command=runner))]
     msgs += [msg("tool", pytest_fail(test_file, test, call_, got, want, passed)),
-             msg("assistant", f"`{call_}` gives {got!r}, not {want!r}. Reading the code.\n" +
+             act(f"`{call_}` gives {got!r}, not {want!r}. Reading the code.",
                  call("read_file", path=path)),
              msg("tool", module_text(c, name))]
     old = bug["old"]
     if recover == "edit_miss":
         sloppy = old.replace("    ", "  ", 1)
-        msgs += [msg("assistant", f"The bug: {bug['why']}.\n" +
+        msgs += [act(f"The bug: {bug['why']}.",
                      call("edit_file", path=path, old=sloppy, new=bug["new"])),
                  msg("tool", f"error: `old` not found in {path} (0 matches)"),
-                 msg("assistant", c.pick([
+                 act(c.pick([
                      "My `old` text had the wrong indentation; the file uses four spaces. "
                      "Retrying with the exact line.", "Zero matches: I typed two-space "
                      "indentation, the source has four. Copying the line verbatim now.",
                      "The replace failed on whitespace (2 vs 4 spaces). Using the exact text "
-                     "from the file."]) + "\n" +
+                     "from the file."]),
                      call("edit_file", path=path, old=old, new=bug["new"]))]
     else:
-        msgs += [msg("assistant", f"The bug: {bug['why']}.\n" +
+        msgs += [act(f"The bug: {bug['why']}.",
                      call("edit_file", path=path, old=old, new=bug["new"]))]
     msgs += [msg("tool", f"edited {path} (1 replacement)"),
-             msg("assistant", call("run", command=runner)),
+             act("", call("run", command=runner)),
              msg("tool", pytest_pass(passed + 1)),
              msg("assistant", f"Fixed `{path}`: {bug['why']}. `{old.strip()}` → "
                               f"`{bug['new'].strip()}`. All {passed + 1} tests pass.")]
@@ -167,20 +173,19 @@ def fix_two(c):
     msgs = [system(c), msg("user", ticket(c) + c.pick([
         f"{pkg}'s suite has been red for a while. Get it green.", f"Several {pkg} tests fail; "
         f"fix them all, one commit's worth.", f"Make every test in {pkg} pass again."])),
-            msg("assistant", call("run", command=runner)),
+            act("", call("run", command=runner)),
             msg("tool", both + f"\n2 failed, {passed} passed in {(passed + 3) / 100:.2f}s")]
     for k, ((n, m, bug, call_, got, want, _), t) in enumerate(zip(cases, tests)):
         path = f"src/{pkg}/{m}.py"
-        msgs += [msg("assistant", (c.pick(["Two unrelated failures; taking them in order.",
-                                           "Two failures in different modules. First one:",
-                                           "Separate causes, separate fixes. Starting with"])
-                                   + f" `{t}`.\n" if k == 0 else f"Now `{t}`.\n") +
-                     call("read_file", path=path)),
+        msgs += [act(c.pick(["Two unrelated failures; taking them in order.",
+                             "Two failures in different modules. First one:",
+                             "Separate causes, separate fixes. Starting with"]) + f" `{t}`."
+                     if k == 0 else f"Now `{t}`.", call("read_file", path=path)),
                  msg("tool", module_text(c, n)),
-                 msg("assistant", f"`{call_}` gives {got!r}, expected {want!r}: {bug['why']}.\n" +
+                 act(f"`{call_}` gives {got!r}, expected {want!r}: {bug['why']}.",
                      call("edit_file", path=path, old=bug["old"], new=bug["new"])),
                  msg("tool", f"edited {path} (1 replacement)"),
-                 msg("assistant", call("run", command=runner))]
+                 act("", call("run", command=runner))]
         if k == 0:
             rest = pytest_fail(f"tests/test_{cases[1][1]}.py", tests[1], cases[1][3],
                                cases[1][4], cases[1][5], passed + 1)
@@ -204,15 +209,15 @@ def rename(c, followup: bool = False):
     msgs = [system(c), msg("user", ticket(c) + c.pick([f"Rename `{old}` to `{new}` everywhere in {pkg}.",
                                            f"We're standardising names: `{old}` becomes `{new}`.",
                                            f"Please rename {old} → {new} across {pkg}."])),
-            msg("assistant", call("search", pattern=rf"\b{old}\b")),
+            act("", call("search", pattern=rf"\b{old}\b")),
             msg("tool", hits),
-            msg("assistant", f"{len(files)} " + c.pick([
+            act(f"{len(files)} " + c.pick([
                 "files reference it. Editing each, definition included.",
                 "matches, the definition among them; one edit per file.",
-                "hits across the package — changing all of them, including the def."]) + "\n" + "\n".join(call("edit_file", path=f, old=f"{old}(",
-                                                             new=f"{new}(") for f in files))]
+                "hits across the package — changing all of them, including the def."]),
+                *[call("edit_file", path=f, old=f"{old}(", new=f"{new}(") for f in files])]
     msgs += [msg("tool", f"edited {f} (1 replacement)") for f in files]
-    msgs += [msg("assistant", call("search", pattern=rf"\b{old}\b") + "\n" +
+    msgs += [act("", call("search", pattern=rf"\b{old}\b"),
                  call("run", command=c.pick(RUNNERS))),
              msg("tool", "(no matches)"), msg("tool", pytest_pass(n)),
              msg("assistant", f"Renamed `{old}` → `{new}` in {len(files)} files "
@@ -224,13 +229,13 @@ def rename(c, followup: bool = False):
     msgs += [msg("user", c.pick(["Wait — plugins outside this repo still import the old name. "
                                  "Keep a deprecated alias?", "External callers use the old name; "
                                  "can you keep it working for one release?"])),
-             msg("assistant", call("edit_file", path=target, old=f"def {new}(",
+             act("", call("edit_file", path=target, old=f"def {new}(",
                                    new=alias.replace(f"return {new}", f"import warnings\n    "
                                                      f"warnings.warn('{old} is deprecated; use "
                                                      f"{new}', DeprecationWarning, stacklevel=2)"
                                                      f"\n    return {new}") + f"\n\ndef {new}(")),
              msg("tool", f"edited {target} (1 replacement)"),
-             msg("assistant", call("run", command=c.pick([
+             act("", call("run", command=c.pick([
                  "python -m pytest -q -W error::DeprecationWarning",
                  "python -W error::DeprecationWarning -m pytest -q",
                  "python -m pytest -q -x -W error::DeprecationWarning",

@@ -8,6 +8,7 @@ drops; the partition is what keeps that count small.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import random
 
@@ -66,6 +67,60 @@ def jdump(obj) -> str:
 def record(messages: list[dict], difficulty: int, phase: str, strategy: str) -> dict:
     assert 1 <= difficulty <= 10 and phase in PHASES, (difficulty, phase, strategy)
     return {"messages": messages, "difficulty": difficulty, "phase": phase, "strategy": strategy}
+
+
+# ---- tool use (mcp_tool_chain, agent_harness): OpenAI's structured form, as mens.data.tools keeps
+# it, so each model family's own chat template writes the calls in its own syntax
+def schema(name: str, description: str, parameters: dict) -> dict:
+    """A tool's declaration as a record's `tools` lists it."""
+    return {"type": "function", "function": {"name": name, "description": description,
+                                             "parameters": parameters}}
+
+
+def fn(name: str, args: dict) -> dict:
+    """One call (its id is given by tool_record, which knows the record)."""
+    return {"type": "function", "function": {"name": name, "arguments": args}}
+
+
+def act(text: str, *calls: dict) -> dict:
+    """An assistant turn that calls tools: its text (may be "") and the calls after it."""
+    return {"role": "assistant", "content": text.strip("\n"), "tool_calls": list(calls)}
+
+
+def call_id(seed: str, k: int) -> str:
+    """The k-th call's id in a record: 9 alphanumeric characters (Mistral's templates refuse any
+    other id), derived from the record's first user turn so the corpus stays byte-identical."""
+    return hashlib.blake2b(f"{seed}\x00{k}".encode(), digest_size=16).hexdigest()[:9]
+
+
+def tool_record(messages: list[dict], tools: list[dict], difficulty: int, phase: str,
+                strategy: str) -> dict:
+    """A record with `tools`: every call gets an id, and each tool turn answers the next open call
+    of the assistant turn before it (in order), by `tool_call_id` and `name`. A tool turn with no
+    call to answer, or a call left unanswered, is a template bug: it fails loudly."""
+    seed = next(m["content"] for m in messages if m["role"] == "user")
+    out, pending, k = [], [], 0
+    for m in messages:
+        if m["role"] == "tool":
+            assert pending, (strategy, "a tool result answers no call", m["content"][:80])
+            c = pending.pop(0)
+            m = {"role": "tool", "tool_call_id": c["id"], "name": c["function"]["name"],
+                 "content": m["content"]}
+        else:
+            assert not pending, (strategy, "calls left unanswered", pending)
+        if m.get("tool_calls"):
+            calls = []
+            for c in m["tool_calls"]:
+                calls.append({"id": call_id(seed, k), **c})
+                k += 1
+            m = {**m, "tool_calls": calls}
+            pending = list(calls)
+        out.append(m)
+    assert not pending, (strategy, "calls left unanswered", pending)
+    names = {t["function"]["name"] for t in tools}
+    assert all(c["function"]["name"] in names for m in out for c in m.get("tool_calls", [])), \
+        (strategy, "a call to an undeclared tool")
+    return {**record(out, difficulty, phase, strategy), "tools": tools}
 
 
 def pair(prompt: list[dict], chosen: str, rejected: str, difficulty: int, phase: str,

@@ -84,10 +84,10 @@ TOOLS = {
 }
 
 
-def declare(names) -> str:
-    from .common import jdump
-    return "<tools>\n" + "\n".join(jdump({"name": n, "description": TOOLS[n][0],
-                                          "parameters": TOOLS[n][1]}) for n in names) + "\n</tools>"
+def declare(names) -> list[dict]:
+    """The record's `tools`: these tools' schemas, in this order (the template writes them)."""
+    from .common import schema
+    return [schema(n, *TOOLS[n]) for n in names]
 
 
 def haversine(a, b) -> float:
