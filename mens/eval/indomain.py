@@ -180,7 +180,10 @@ def score_set(slots, base_slot, tuned_slot, recs: list[dict], check: str | None,
     # --- every answer judged in ONE oracle batch (one child process for the set)
     keys = [(m, kind, i, j) for (m, kind), per in answers.items()
             for i, texts in enumerate(per) for j in range(len(texts))]
-    verdicts = judge_batch(check, [oracle_record(recs[i], heads[i], answers[m, kind][i][j], check)
+    # tool calls are read in the syntax the model writes (its template's: mens.data.tool_syntax)
+    syntax = b_slots.chat.tool_syntax if b_slots.chat is not None else "hermes"
+    verdicts = judge_batch(check, [oracle_record(recs[i], heads[i], answers[m, kind][i][j], check,
+                                                 syntax)
                                    for m, kind, i, j in keys], **(oracle or {}))
     judged: dict[tuple[str, str], list[list]] = {key: [[] for _ in recs] for key in answers}
     for (m, kind, i, j), v in zip(keys, verdicts):

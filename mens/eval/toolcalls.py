@@ -12,12 +12,15 @@ mistral). Rows (mens.eval's metric row, group in_domain, paired base vs tuned):
                                     order free (an AST match, below)
     <spoke>/tool_call/schema_valid  over the same turns: at least one call, and every call names
                                     a tool of the record and its arguments validate against that
-                                    tool's JSON schema (jsonschema: mens.synth.tool_synth's
-                                    call_problems, the check synthesis admits records by)
+                                    tool's JSON schema — the admission oracle tool_call_schema
+                                    (jsonschema, mens.synth.tool_checks), in its sandboxed child,
+                                    the check synthesis admits records by
     <spoke>/tool_call/relevance     over turns whose reference answers without a call: the answer
                                     makes none (a malformed call is a call attempted: a miss)
 
 A malformed call (text that opens a call and does not parse) is neither exact nor schema-valid.
+An answer the oracle could not judge (its child did not start) is unverified: left out of
+schema_valid in both models and counted, never passed nor failed.
 Intervals: paired bootstrap over turns (mens.eval.stats.paired). The gate guards exact and
 schema_valid (GUARDED): they must not regress with confidence.
 
@@ -36,6 +39,7 @@ from __future__ import annotations
 import sys
 
 METRICS = ("tool_call/exact", "tool_call/schema_valid", "tool_call/relevance")
+CHECK = "tool_call_schema"    # the admission oracle that judges calls (mens.synth.tool_checks)
 GUARDED = ("tool_call/exact", "tool_call/schema_valid")
 
 
@@ -116,37 +120,71 @@ def calls_match(pred: list[dict], ref: list[dict], schemas: dict[str, dict]) -> 
     return True
 
 
-def score(text: str, item: dict, syntax: str | None) -> dict:
+def schemas_of(tools: list[dict]) -> dict[str, dict]:
+    """{tool name: its parameters' JSON schema} of a record's tools (OpenAI's form or bare)."""
+    out = {}
+    for t in tools or []:
+        fn = t.get("function", t)
+        out[fn["name"]] = fn.get("parameters") or {"type": "object"}
+    return out
+
+
+def judge(answers: list[tuple[dict, str]], syntax: str | None, **oracle) -> list:
+    """The oracle's verdict (mens.synth.oracle, check `tool_call_schema`: every call names a tool
+    of the record and validates against its schema, at least one call) on each (item, answer) —
+    one sandboxed child for the batch, the answer read in `syntax` there. oracle: keyword
+    arguments of judge_batch (timeout_s, memory_mb)."""
+    from mens.synth.oracle import judge_batch
+    from mens.synth.oracle_checks import oracle_record
+
+    return judge_batch(CHECK, [oracle_record({"tools": it["tools"]}, it["head"], text, CHECK,
+                                             syntax) for it, text in answers], **oracle)
+
+
+def score(text: str, item: dict, syntax: str | None, verdict=None) -> dict:
     """One answer to one item: its calls read in `syntax` and the three verdicts (None where the
-    item does not count for that metric)."""
+    item does not count for that metric). verdict: the oracle's on this answer (`judge`; needed
+    where the reference calls tools). An exact answer is a valid one too: where the oracle's
+    reading fails it (e.g. a Hermes block with `parameters` for `arguments`) it is not exact."""
     from mens.data.tool_syntax import parse
-    from mens.synth.tool_synth import call_problems, schemas_of
 
     p = parse(text, syntax)
     calls = [_plain(c) for c in p.calls]
-    schemas = schemas_of(item["tools"])
-    problems = [f"malformed call: {p.malformed}"] if p.malformed else call_problems(calls, schemas)
-    out = {"text": text, "calls": calls, "malformed": p.malformed, "problems": problems,
+    out = {"text": text, "calls": calls, "malformed": p.malformed,
+           "problems": [f"malformed call: {p.malformed}"] if p.malformed else [],
            "exact": None, "schema_valid": None, "relevance": None}
     if item["reference"]:
-        ok = p.malformed is None
-        out["exact"] = ok and calls_match(calls, item["reference"], schemas)
-        out["schema_valid"] = ok and bool(calls) and not problems
+        if verdict is None:
+            raise ValueError("an item whose reference calls tools needs the oracle's verdict")
+        out["schema_valid"] = verdict.passed            # None: unverified, in neither count
+        if verdict.passed is None:
+            out["unverified_reason"] = verdict.unverified_reason
+        if verdict.diagnostics:
+            out["problems"] = verdict.diagnostics.splitlines()
+        out["exact"] = p.malformed is None and verdict.passed is not False and \
+            calls_match(calls, item["reference"], schemas_of(item["tools"]))
     else:
         out["relevance"] = p.malformed is None and not calls
     return out
 
 
+def score_all(answers: list[tuple[dict, str]], syntax: str | None, **oracle) -> list[dict]:
+    """score() of every (item, answer), the oracle asked once for those that need it."""
+    need = [k for k, (it, _) in enumerate(answers) if it["reference"]]
+    verdicts = dict(zip(need, judge([answers[k] for k in need], syntax, **oracle)))
+    return [score(text, it, syntax, verdicts.get(k)) for k, (it, text) in enumerate(answers)]
+
+
 # ---- the set ----------------------------------------------------------------------------------
 def score_set(slots, base_slot, tuned_slot, recs: list[dict], spec, eval_cfg, *, spoke: str,
-              batch_size: int) -> dict:
+              batch_size: int, oracle: dict | None = None) -> dict:
     """The tool-call rows of one held-out set, both models: {"rows", "items", "stats"}. slots as
     mens.eval.indomain.score_set takes them (one Slots, or (base Slots, tuned Slots)). No rows —
     said on stderr and in stats["skipped"] — when the run's template writes no tool calls.
-    tuned_slot None: a base alone (its answers stand for both sides; mens.eval.run drops them)."""
+    tuned_slot None: a base alone (its answers stand for both sides; mens.eval.run drops them).
+    oracle: keyword arguments of mens.synth.oracle.judge_batch (timeout_s, memory_mb)."""
     from mens.data.examples import run_encoder
-    from mens.eval.indomain import generate, room, row
-    from mens.eval.stats import paired
+    from mens.eval.indomain import generate, room
 
     b_slots, t_slots = slots if isinstance(slots, tuple) else (slots, slots)
     models = {"base": (b_slots, base_slot)}
@@ -165,31 +203,54 @@ def score_set(slots, base_slot, tuned_slot, recs: list[dict], spec, eval_cfg, *,
         print(f"mens eval: note: {spoke}: no tool-call rows: {why}", file=sys.stderr)
         return {"rows": [], "items": [], "stats": {**stats, "skipped": why}}
     texts = [enc.prompt_text(it["head"], it["tools"]) for it in items]
-    scored: dict[str, list[dict]] = {}
+    answers: dict[str, list[str]] = {}
     for m, (s, slot) in models.items():
         prompts = [s.encode(t) for t in texts]
         new = int(eval_cfg.max_new_tokens)
         stats[f"prompts_cut_{m}"] = sum(room(s, p, new) < new for p in prompts)
         print(f"mens eval: {spoke} · {m}: {len(prompts)} tool-call turns × 1 greedy answer of "
               f"≤ {new} tokens ({syntax} syntax)", file=sys.stderr, flush=True)
-        answers = generate(s, slot, prompts, n=1, temperature=0.0, top_p=1.0, max_new=new,
-                           seed=eval_cfg.seed, batch_size=batch_size)
-        scored[m] = [score(a[0], it, syntax) for a, it in zip(answers, items)]
+        answers[m] = [a[0] for a in generate(s, slot, prompts, n=1, temperature=0.0, top_p=1.0,
+                                             max_new=new, seed=eval_cfg.seed,
+                                             batch_size=batch_size)]
+    # every answer of both models judged in ONE oracle batch (one sandboxed child)
+    flat = score_all([(it, answers[m][i]) for m in models for i, it in enumerate(items)], syntax,
+                     **(oracle or {}))
+    scored = {m: flat[j * len(items):(j + 1) * len(items)] for j, m in enumerate(models)}
+    for m in models:
         stats[f"malformed_{m}"] = sum(v["malformed"] is not None for v in scored[m])
     scored.setdefault("tuned", scored["base"])
     boot = {"confidence": eval_cfg.confidence, "reps": eval_cfg.bootstrap, "seed": eval_cfg.seed}
-    rows = []
-    for metric in METRICS:
-        key = metric.split("/")[1]
-        idx = [i for i, v in enumerate(scored["base"]) if v[key] is not None]
-        b = [float(scored["base"][i][key]) for i in idx]
-        t = [float(scored["tuned"][i][key]) for i in idx]
-        rows.append(row(spoke, "spoke", metric, paired(b, t, higher_is_better=True, **boot), True,
-                        check="tool_call", syntax=syntax))
+    rows = [_row(spoke, metric, scored, boot, syntax) for metric in METRICS]
     out_items = [{"id": it["id"], "record": it["record"], "turn": it["turn"],
                   "reference": it["reference"], **{m: scored[m][i] for m in models}}
                  for i, it in enumerate(items)]
     return {"rows": rows, "items": out_items, "stats": stats}
+
+
+def _row(spoke: str, metric: str, scored: dict, boot: dict, syntax: str) -> dict:
+    """A paired row over the items the metric counts; an item unverified in either model (the
+    oracle could not run) is left out of both and counted, never passed nor failed."""
+    from mens.eval.indomain import row
+    from mens.eval.stats import paired
+
+    key = metric.split("/")[1]
+    calls = key != "relevance"            # exact, schema_valid: the turns whose reference calls
+    counted = [i for i, v in enumerate(scored["base"]) if (v["exact"] is not None) == calls]
+    both = [i for i in counted
+            if scored["base"][i][key] is not None and scored["tuned"][i][key] is not None]
+    b = [float(scored["base"][i][key]) for i in both]
+    t = [float(scored["tuned"][i][key]) for i in both]
+    extra = {}
+    if key == "schema_valid":
+        unv = {m: [scored[m][i] for i in counted if scored[m][i][key] is None]
+               for m in ("base", "tuned")}
+        extra["unverified"] = {"base": len(unv["base"]), "tuned": len(unv["tuned"]),
+                               "prompts_left_out": len(counted) - len(both),
+                               "reasons": sorted({v["unverified_reason"] for vs in unv.values()
+                                                  for v in vs if v.get("unverified_reason")})}
+    return row(spoke, "spoke", metric, paired(b, t, higher_is_better=True, **boot), True,
+               check=CHECK, syntax=syntax, **extra)
 
 
 def missing_guards(result: dict) -> list[str]:

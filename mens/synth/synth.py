@@ -195,23 +195,25 @@ class Leaf:
             self.cfg, self.leaf, self.topic, self.system, self.tools, seeds), seed=s.seed)
         if not self._usable(reply):
             return self.result()
-        for sample in reply.data["samples"][:s.per_leaf]:
-            self.counts["samples"] += 1
-            rec, problems, n = ts.build(sample, self.system, self.tools)
-            if rec is None:
+        judged = ts.judge(reply.data["samples"][:s.per_leaf], self.system, self.tools,
+                          timeout_s=s.oracle_timeout_s, memory_mb=s.oracle_memory_mb)
+        self.counts["samples"] += len(judged)
+        for sample, rec, passed, why, n in judged:
+            if passed is False:
                 self.counts["invalid_tool_samples"] += 1
                 self._quarantine(reply, sample["prompt"], [{
-                    "response": json.dumps(sample, ensure_ascii=False),
-                    "diagnostics": "\n".join(problems)}], "invalid tool call: "
-                    + "; ".join(problems)[:2000])
+                    "response": json.dumps(sample, ensure_ascii=False), "diagnostics": why}],
+                    "invalid tool call: " + why.replace("\n", "; ")[:2000])
                 continue
-            self.counts["passed"] += 1
+            self.counts["passed" if passed else "unverified"] += 1
             self.counts["tool_calls"] += n
             self.records.append({
                 "id": record_id(rec), **rec, "rating": None, "tags": ["train_sft"],
-                "verdict": "passed", **self.provenance(reply, oracle={
-                    "check": "tool_call_schemas", "passed": True, "diagnostics": "",
-                    "unverified_reason": None}, repair_turns=0)})
+                "verdict": "passed" if passed else "unverified", **self.provenance(
+                    reply, oracle={"check": " + ".join(ts.CHECKS[:2 if n else 1]),
+                                   "passed": passed, "diagnostics": "" if passed else why,
+                                   "unverified_reason": None if passed else why},
+                    repair_turns=0)})
         return self.result()
 
     def _repair(self, reply, prompt, response, reasoning, first) -> None:

@@ -9,12 +9,14 @@ structured form — record-level `tools`, assistant turns with `tool_calls` whos
 objects, `tool` turns answering them by `tool_call_id` — the form `data=file` reads and every
 family's template renders natively (mens.data.tools).
 
-Admission (the oracle of a tool synthesis): every call names a tool of FILE and its arguments are
-a JSON object that validates against that tool's parameters schema (jsonschema, through
-mens.synth.oracle_checks.schema_errors); every round has one result per call; the record reads
-back through mens.data.formats as a chat. A sample that fails any of it is rejected — counted
+Admission, in two steps. Here (`build`): every call's arguments are a JSON object, every round
+has one result per call, and the record reads back through mens.data.formats as a chat. Then the
+admission oracles, in their sandboxed child (mens.synth.oracle, mens.synth.tool_checks — the
+checks the tool spokes are admitted by): `transcript_structure` (each result answers a call of
+the turn before; the record ends on a final answer) on every record, and `tool_call_schema`
+(every call names a tool of FILE and its arguments validate against its parameters schema,
+jsonschema) on every record that calls. A sample that fails any of it is rejected — counted
 (`invalid_tool_samples`) and quarantined with every problem, located — never written as a record.
-The validation parses and validates only; it runs in this process (nothing is executed).
 """
 from __future__ import annotations
 
@@ -48,7 +50,7 @@ def load_tools(path) -> list[dict]:
 
 
 def _schema_invalid(schema) -> str | None:
-    from mens.synth.oracle_checks import schema_errors
+    from mens.synth.tool_checks import schema_errors
 
     errs = schema_errors({}, schema)
     return errs[0].split(": ", 1)[1] if errs and "the schema itself is invalid" in errs[0] \
@@ -60,32 +62,6 @@ def check_strategy(strategy: str) -> None:
         raise ConfigError("synth.tools with synth.strategy=cot_distill: a tool conversation has "
                           "no reasoning block to distil; use zero_shot, few_shot_seed or "
                           "oracle_repair.", key="synth.strategy")
-
-
-# ---- the validation (also mens.eval.toolcalls' schema-valid rate) ---------------------------
-def schemas_of(tools: list[dict]) -> dict[str, dict]:
-    """{tool name: its parameters' JSON schema} (OpenAI's form or bare)."""
-    out = {}
-    for t in tools or []:
-        fn = t.get("function", t)
-        out[fn["name"]] = fn.get("parameters") or {"type": "object"}
-    return out
-
-
-def call_problems(calls: list[dict], schemas: dict[str, dict]) -> list[str]:
-    """What is wrong with these calls ({"name", "arguments": object}): a tool not offered,
-    arguments that fail its schema (jsonschema's path and message). [] when all are valid."""
-    from mens.synth.oracle_checks import schema_errors
-
-    problems = []
-    for k, c in enumerate(calls, 1):
-        if c["name"] not in schemas:
-            problems.append(f"call {k} `{c['name']}`: no such tool (offered: "
-                            f"{', '.join(sorted(schemas)) or 'none'})")
-        else:
-            problems += [f"call {k} `{c['name']}` arguments {e}"
-                         for e in schema_errors(c["arguments"], schemas[c["name"]])]
-    return problems
 
 
 # ---- prompt and record --------------------------------------------------------------------------
@@ -115,11 +91,11 @@ def sample_messages(cfg, leaf, topic: list[str], system: str, tools: list[dict],
 
 
 def build(sample: dict, system: str, tools: list[dict]) -> tuple[dict | None, list[str], int]:
-    """(the record or None, its problems, its calls): one teacher sample as a structured record,
-    every call checked (see the module docstring)."""
+    """(the record or None, its problems, its calls): one teacher sample as a structured record
+    (the oracles judge it next: `admit`)."""
     from mens.data.formats import Bad, normalize
 
-    schemas, problems, n = schemas_of(tools), [], 0
+    problems, n = [], 0
     msgs = [{"role": "system", "content": system}, {"role": "user", "content": sample["prompt"]}]
     for k, step in enumerate(sample["steps"], 1):
         where = f"steps[{k - 1}]"
@@ -144,7 +120,6 @@ def build(sample: dict, system: str, tools: list[dict]) -> tuple[dict | None, li
                                 f"object, not {type(args).__name__}")
                 continue
             calls.append({"name": c["name"], "arguments": args})
-        problems += [f"{where}.{p}" for p in call_problems(calls, schemas)]
         ids = [f"call_{k}_{j}" for j in range(len(calls))]
         msgs.append({"role": "assistant", "content": "", "tool_calls": [
             {"id": i, "type": "function", "function": c} for i, c in zip(ids, calls)]})
@@ -157,3 +132,35 @@ def build(sample: dict, system: str, tools: list[dict]) -> tuple[dict | None, li
         return normalize({"messages": msgs, "tools": tools}, "messages"), [], n
     except Bad as b:
         return None, [f"the record does not read as a chat: {b.why}"], n
+
+
+CHECKS = ("transcript_structure", "tool_call_schema")
+
+
+def judge(samples: list[dict], system: str, tools: list[dict], **limits) -> list[tuple]:
+    """(sample, record, passed, diagnostics, calls) per teacher sample: built (`build`), then
+    judged by the admission oracles in their sandboxed child — one child per check for the batch:
+    transcript_structure on every record, tool_call_schema on those that call (it fails a record
+    without a call). passed None: an oracle could not run here (unverified, never passed).
+    limits: judge_batch's timeout_s, memory_mb."""
+    from mens.synth.oracle import judge_batch
+
+    built = [(sample, *build(sample, system, tools)) for sample in samples]
+    ok = [k for k, b in enumerate(built) if b[1] is not None]
+    calling = [k for k in ok if built[k][3]]
+    verdicts: dict[int, list] = {k: [] for k in ok}
+    for check, which in zip(CHECKS, (ok, calling)):
+        for k, v in zip(which, judge_batch(check, [built[k][1] for k in which], **limits)):
+            verdicts[k].append(v)
+    out = []
+    for k, (sample, rec, problems, n) in enumerate(built):
+        if rec is None:
+            out.append((sample, None, False, "\n".join(problems), n))
+            continue
+        vs = verdicts[k]
+        passed = False if any(v.passed is False for v in vs) else \
+            None if any(v.passed is None for v in vs) else True
+        why = "\n".join(f"{v.check}: {v.diagnostics or v.unverified_reason}" for v in vs
+                        if v.passed is not True)
+        out.append((sample, rec, passed, why, n))
+    return out

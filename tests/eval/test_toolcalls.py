@@ -1,20 +1,29 @@
 """Tool-call scoring (mens.eval.toolcalls, issue #38): the AST match (argument-key and call order
-free, BFCL's int/float rule), schema validity through jsonschema, relevance; then the rows with
-intervals and n on the tiny run's base and adapter over a held-out set written here (six tools),
-and `mens eval` of a base alone on a user's tool data (eval.json rows, eval.md)."""
+free, BFCL's int/float rule), schema validity by the admission oracle (tool_call_schema, in its
+sandboxed child), relevance; then the rows with intervals and n on the tiny run's base and
+adapter over a held-out set of six tools written here (tests/tooldata.py), and `mens eval` of a
+base alone on a user's tool data (eval.json rows, eval.md)."""
 from __future__ import annotations
 
 import json
+import random
 
 import pytest
 from omegaconf import OmegaConf
 
-from mens.eval.toolcalls import calls_match, same_value, score, turns
-from toolcall_data import TOOLS, tool_records, write_jsonl
+from mens.eval.toolcalls import calls_match, same_value, score_all, turns
+from tooldata import TOOLS, record, write
+
+HEAD = [{"role": "user", "content": "please"}]
+# get_weather with a default for units (tooldata's requires it): absent = default
+DEFAULTED = [{"type": "function", "function": {"name": "get_weather", "parameters": {
+    "type": "object", "properties": {"city": {"type": "string"}, "units": {
+        "type": "string", "enum": ["metric", "imperial"], "default": "metric"}},
+    "required": ["city"], "additionalProperties": False}}}]
 
 
 def item(reference, tools=TOOLS):
-    return {"tools": tools, "reference": reference}
+    return {"tools": tools, "reference": reference, "head": HEAD}
 
 
 def call(name, **arguments):
@@ -25,28 +34,41 @@ def hermes(*calls, before="") -> str:
     return before + "\n".join(f"<tool_call>\n{json.dumps(c)}\n</tool_call>" for c in calls)
 
 
+def records(n: int, seed: int = 0) -> list[dict]:
+    from mens.data.formats import normalize
+
+    r = random.Random(seed)
+    return [dict(normalize(record(r, i), "messages"), id=f"t{i}") for i in range(n)]
+
+
 def test_exact_is_an_ast_match_free_of_key_and_call_order():
-    ref = [call("convert_currency", amount=5, **{"from": "EUR", "to": "USD"})]
-    reordered = '<tool_call>\n{"arguments": {"to": "USD", "amount": 5.0, "from": "EUR"}, ' \
+    ref = [call("convert_currency", amount=5, source="EUR", target="USD")]
+    reordered = '<tool_call>\n{"arguments": {"target": "USD", "amount": 5.0, "source": "EUR"}, ' \
                 '"name": "convert_currency"}\n</tool_call>'
-    v = score(reordered, item(ref), "hermes")
-    assert v["exact"] is True and v["schema_valid"] is True and v["relevance"] is None
-    # values are compared as parsed JSON: a changed value, a string's case, an extra argument fail
-    for wrong in ({"amount": 6, "from": "EUR", "to": "USD"},
-                  {"amount": 5, "from": "eur", "to": "USD"},
-                  {"amount": 5, "from": "EUR", "to": "USD", "note": "x"}):
-        v = score(hermes(call("convert_currency", **wrong)), item(ref), "hermes")
-        assert v["exact"] is False
-    # two calls in one turn, answered in the other order: exact; one of them only: not
-    two = [call("get_weather", city="Oslo"), call("read_file", path="a.md")]
-    assert score(hermes(*reversed(two)), item(two), "hermes")["exact"] is True
-    assert score(hermes(two[0]), item(two), "hermes")["exact"] is False
-    assert score(hermes(two[0], two[0]), item(two), "hermes")["exact"] is False
-    # an argument left out equals the schema's default (get_weather's units: metric)
-    assert score(hermes(call("get_weather", city="Oslo", units="metric")),
-                 item([call("get_weather", city="Oslo")]), "hermes")["exact"] is True
-    assert score(hermes(call("get_weather", city="Oslo", units="imperial")),
-                 item([call("get_weather", city="Oslo")]), "hermes")["exact"] is False
+    two = [call("get_weather", city="Oslo", units="metric"), call("get_time", city="Oslo")]
+    cases = [  # (answer, item, exact?)
+        (reordered, item(ref), True),
+        # values compared as parsed JSON: a changed value, a string's case, an extra argument
+        (hermes(call("convert_currency", amount=6, source="EUR", target="USD")), item(ref), False),
+        (hermes(call("convert_currency", amount=5, source="eur", target="USD")), item(ref), False),
+        (hermes(call("convert_currency", amount=5, source="EUR", target="USD", note="x")),
+         item(ref), False),
+        # two calls in one turn, answered in the other order: exact; one of them, or one twice: not
+        (hermes(*reversed(two)), item(two), True),
+        (hermes(two[0]), item(two), False),
+        (hermes(two[0], two[0]), item(two), False),
+        # an argument left out equals the schema's default, and only the default
+        (hermes(call("get_weather", city="Oslo", units="metric")),
+         item([call("get_weather", city="Oslo")], DEFAULTED), True),
+        (hermes(call("get_weather", city="Oslo")),
+         item([call("get_weather", city="Oslo", units="metric")], DEFAULTED), True),
+        (hermes(call("get_weather", city="Oslo", units="imperial")),
+         item([call("get_weather", city="Oslo")], DEFAULTED), False),
+    ]
+    got = score_all([(it, text) for text, it, _ in cases], "hermes")
+    assert [v["exact"] for v in got] == [want for *_, want in cases]
+    assert got[0]["schema_valid"] is True and got[0]["relevance"] is None
+    assert got[3]["schema_valid"] is False and "note" in got[3]["problems"][0]
 
 
 def test_value_equality_follows_bfcl_where_json_allows():
@@ -58,53 +80,56 @@ def test_value_equality_follows_bfcl_where_json_allows():
 
 
 def test_malformed_and_invalid_calls_are_neither_exact_nor_schema_valid():
-    ref = [call("get_weather", city="Paris")]
-    unclosed = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}'
-    not_json = "<tool_call>\nget_weather(city='Paris')\n</tool_call>"
-    for text in (unclosed, not_json):
-        v = score(text, item(ref), "hermes")
-        assert v["malformed"] and v["exact"] is False and v["schema_valid"] is False
-        assert v["problems"][0].startswith("malformed call")
-    # parses, but breaks the schema (minLength 2; an unknown argument): valid is False
-    v = score(hermes(call("get_weather", city="P")), item(ref), "hermes")
-    assert v["schema_valid"] is False and "'P' is too short" in v["problems"][0]
-    v = score(hermes(call("get_weather", city="Paris", when="now")), item(ref), "hermes")
-    assert v["schema_valid"] is False and "when" in v["problems"][0]
-    # a tool the record does not offer; no call at all
-    v = score(hermes(call("launch", target="moon")), item(ref), "hermes")
-    assert v["schema_valid"] is False and "no such tool" in v["problems"][0]
-    v = score("The weather is nice.", item(ref), "hermes")
-    assert v["exact"] is False and v["schema_valid"] is False and v["calls"] == []
-    # valid but not the reference's call: schema_valid without exact
-    v = score(hermes(call("get_weather", city="Lima")), item(ref), "hermes")
-    assert v["schema_valid"] is True and v["exact"] is False
+    ref = [call("get_weather", city="Paris", units="metric")]
+    answers = [
+        '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris", "units": "metric"}}',
+        "<tool_call>\nget_weather(city='Paris')\n</tool_call>",             # not JSON
+        hermes(call("get_weather", city="Paris", units="kelvin")),           # breaks the enum
+        hermes(call("get_weather", city="Paris", units="metric", when="now")),   # unknown arg
+        hermes(call("launch", target="moon")),                               # no such tool
+        "The weather is nice.",                                              # no call at all
+        hermes(call("get_weather", city="Lima", units="metric")),            # valid, not exact
+    ]
+    got = score_all([(item(ref), a) for a in answers], "hermes")
+    assert [v["exact"] for v in got] == [False] * 7
+    assert [v["schema_valid"] for v in got] == [False] * 6 + [True]
+    assert got[0]["malformed"] and got[1]["malformed"] and not got[2]["malformed"]
+    assert "not closed" in got[0]["problems"][0]
+    assert "'kelvin' is not one of" in got[2]["problems"][0]
+    assert "when" in got[3]["problems"][0] and "no such tool" in got[4]["problems"][0]
+    assert "no tool call in the answer" in got[5]["problems"][0] and got[5]["calls"] == []
 
 
 def test_relevance_counts_a_call_where_none_was_needed_as_a_miss():
     none = item([])
-    assert score("Hello.", none, "hermes")["relevance"] is True
-    v = score(hermes(call("get_weather", city="Paris"), before="Let me check.\n"), none, "hermes")
-    assert v["relevance"] is False and v["exact"] is None and v["schema_valid"] is None
-    assert score("<tool_call>\n{oops", none, "hermes")["relevance"] is False
-    # other families' syntaxes read through mens.data.tool_syntax
-    assert score('{"name": "get_weather", "parameters": {"city": "Paris"}}',
-                 item([call("get_weather", city="Paris")]), "llama3")["exact"] is True
-    assert score('[TOOL_CALLS] [{"name": "get_weather", "arguments": {"city": "Paris"}}]',
-                 item([call("get_weather", city="Paris")]), "mistral")["exact"] is True
+    got = score_all([(none, "Hello."),
+                     (none, hermes(call("get_time", city="Oslo"), before="Let me check.\n")),
+                     (none, "<tool_call>\n{oops")], "hermes")
+    assert [v["relevance"] for v in got] == [True, False, False]
+    assert all(v["exact"] is None and v["schema_valid"] is None for v in got)
+    # other families' syntaxes, read through mens.data.tool_syntax here and in the oracle's child
+    ref = [call("get_time", city="Paris")]
+    got = score_all([(item(ref), '{"name": "get_time", "parameters": {"city": "Paris"}}')],
+                    "llama3") + \
+        score_all([(item(ref), '[TOOL_CALLS] [{"name": "get_time", "arguments": '
+                               '{"city": "Paris"}}]')], "mistral")
+    assert [(v["exact"], v["schema_valid"]) for v in got] == [(True, True), (True, True)]
 
 
 def test_every_assistant_turn_of_a_tool_record_is_an_item():
-    from mens.data.formats import normalize
-
-    recs = [dict(normalize(r, "messages"), id=f"r{i}") for i, r in enumerate(tool_records(5))]
+    recs = records(8)
     recs.append({"id": "plain", "messages": [{"role": "user", "content": "hi"},
                                              {"role": "assistant", "content": "hello"}]})
     its = turns(recs)
-    assert [it["id"] for it in its[:2]] == ["r0#1", "r0#3"]          # the call, then the answer
-    assert its[0]["reference"][0]["arguments"] == json.loads(
-        tool_records(5)[0]["messages"][1]["tool_calls"][0]["function"]["arguments"])
-    assert its[1]["reference"] == [] and its[1]["head"][-1]["role"] == "tool"
-    assert len(its) == 4 * 2 + 1 and all(not it["id"].startswith("plain") for it in its)
+    calling = [r for r in recs[:8] if len(r["messages"]) == 4]
+    assert len(its) == 2 * len(calling) + (8 - len(calling)) and 0 < len(calling) < 8
+    first = next(it for it in its if it["reference"])
+    rec = next(r for r in recs if r["id"] == first["record"])
+    assert first["id"] == f"{rec['id']}#1" and first["reference"][0]["arguments"] == \
+        rec["messages"][1]["tool_calls"][0]["function"]["arguments"]
+    after = next(it for it in its if it["id"] == f"{rec['id']}#3")
+    assert after["reference"] == [] and after["head"][-1]["role"] == "tool"
+    assert not any(it["id"].startswith("plain") for it in its)
 
 
 @pytest.fixture(scope="module")
@@ -121,24 +146,27 @@ def test_the_rows_on_the_tiny_models_have_intervals_and_n(loaded):
     """Base and adapter of the tiny run (trained on Vox, never on tools) over 6 held-out
     records of six tools: both ~0 exact calls; the rows are the items' verdicts, paired."""
     from mens.config.compose import compose
-    from mens.data.formats import normalize
     from mens.eval.toolcalls import score_set
 
     spec, slots, base, tuned = loaded
-    recs = [dict(normalize(r, "messages"), id=f"t{i}") for i, r in enumerate(tool_records(6))]
-    assert len({t["function"]["name"] for r in recs for t in r["tools"]}) >= 5
+    recs = records(6, seed=0)
+    calling = sum(len(r["messages"]) == 4 for r in recs)
+    assert len({t["function"]["name"] for r in recs for t in r["tools"]}) == 6 and calling == 5
     ev = compose(["eval.max_new_tokens=32", "eval.bootstrap=200"]).eval
     out = score_set(slots, base, tuned, recs, spec, ev, spoke="mine", batch_size=4)
     rows = {r["metric"]: r for r in out["rows"]}
     assert list(rows) == ["tool_call/exact", "tool_call/schema_valid", "tool_call/relevance"]
     assert out["stats"]["syntax"] == "hermes" and out["stats"]["records"] == 6
-    assert rows["tool_call/exact"]["n"] == 5 and rows["tool_call/relevance"]["n"] == 6
+    assert rows["tool_call/exact"]["n"] == rows["tool_call/schema_valid"]["n"] == 5
+    assert rows["tool_call/relevance"]["n"] == 6      # 5 answers after a result + 1 chat
+    assert rows["tool_call/schema_valid"]["unverified"]["prompts_left_out"] == 0
     for r in rows.values():
         assert r["name"] == f"mine/{r['metric']}" and r["group"] == "in_domain"
         for part in ("base", "tuned", "delta", "gain"):
             lo, hi = r[part]["ci"]
             assert lo <= r[part]["value"] <= hi
     assert rows["tool_call/exact"]["base"]["value"] == 0.0      # measured: 0 of 5
+    assert rows["tool_call/schema_valid"]["base"]["value"] == 0.0
     assert len(out["items"]) == 11
     for m in ("base", "tuned"):      # each row's value is its items' verdicts
         for metric, r in rows.items():
@@ -152,11 +180,10 @@ def test_the_oracle_path_prompts_with_the_records_tools(loaded):
     """The in-domain greedy answers (mens.eval.indomain) of a record with tools answer the
     prompt training rendered: the conversation AND its tools' schemas."""
     from mens.config.compose import compose
-    from mens.data.formats import normalize
     from mens.eval.indomain import generate, score_set
 
     spec, slots, base, tuned = loaded
-    recs = [dict(normalize(r, "messages"), id=f"t{i}") for i, r in enumerate(tool_records(2))]
+    recs = records(2)
     ev = compose(["eval.max_new_tokens=12", "eval.bootstrap=100"]).eval
     out = score_set(slots, base, tuned, recs, "tool_call_schema", spec, ev, role="spoke",
                     spoke="mine", batch_size=2, k=0, greedy=True)
@@ -173,8 +200,9 @@ def test_mens_eval_of_a_base_on_tool_data_writes_the_rows(tmp_path):
     from mens.config.compose import compose
     from mens.eval.run import evaluate
 
-    train = write_jsonl(tmp_path / "train.jsonl", tool_records(20, seed=1))
-    held = write_jsonl(tmp_path / "held.jsonl", tool_records(6, seed=2))
+    train, held = tmp_path / "train.jsonl", tmp_path / "held.jsonl"
+    write(train, 20, seed=1)
+    write(held, 6, seed=0)
     out = tmp_path / "ev"
     cfg = compose(["+hw=cpu", "data=file", f"data.path={train}", f"data.eval_path={held}",
                    "eval.k=0", "eval.max_new_tokens=24", "eval.collateral=false",
@@ -183,10 +211,12 @@ def test_mens_eval_of_a_base_on_tool_data_writes_the_rows(tmp_path):
     ev = json.loads((out / "eval.json").read_text())
     rows = {r["name"].split("/", 1)[1]: r for r in ev["rows"]}
     assert {"tool_call/exact", "tool_call/schema_valid", "tool_call/relevance"} <= set(rows)
-    assert rows["tool_call/exact"]["n"] == 5 and rows["tool_call/relevance"]["n"] == 6
+    t = ev["tool_calls"]
+    assert t["records"] == rows["loss"]["n"] == 6 and t["syntax"] == "hermes"
+    assert rows["tool_call/exact"]["n"] == t["call_turns"] == 5
+    assert rows["tool_call/relevance"]["n"] == t["no_call_turns"] == 6
     assert all("tuned" not in r and r["base"]["ci"] for r in rows.values())   # a base alone
-    assert ev["tool_calls"]["turns"] == 11 and ev["tool_calls"]["syntax"] == "hermes"
-    assert result["tool_calls"] == ev["tool_calls"]
+    assert result["tool_calls"] == t and "malformed_tuned" not in t
     [key] = [k for k in ev["items"] if k.startswith("tool_calls/")]
     assert len(ev["items"][key]) == 11 and all("tuned" not in it for it in ev["items"][key])
     md = (out / "eval.md").read_text()

@@ -13,7 +13,7 @@ import pytest
 from mens.cli.data import main
 from mens.synth.dataset import read_jsonl
 from teacher_server import replay_server
-from toolcall_data import TOOLS
+from tooldata import TOOLS
 
 KEY_ENV = "MENS_TEST_TOOL_TEACHER_KEY"
 
@@ -23,36 +23,36 @@ def call(name, **args):
 
 
 GOOD = [   # a chain of two rounds, two calls in one round, a request that needs no tool
-    {"prompt": "Find my budget notes and read the first one.",
-     "steps": [{"calls": [call("search_files", glob="budget*.md", limit=1)],
-                "results": ['["budget-2026.md"]']},
-               {"calls": [call("read_file", path="budget-2026.md")], "results": ['"rent 900"']}],
-     "answer": "Your budget note says rent is 900."},
-    {"prompt": "Weather in Oslo and Lima?",
-     "steps": [{"calls": [call("get_weather", city="Oslo"), call("get_weather", city="Lima",
-                                                                   units="metric")],
-                "results": ['{"temp_c": 3}', '{"temp_c": 19}']}],
-     "answer": "Oslo is 3 degrees, Lima 19."},
+    {"prompt": "What time is it in Oslo, and how warm is it there?",
+     "steps": [{"calls": [call("get_time", city="Oslo")], "results": ['{"time": "09:12"}']},
+               {"calls": [call("get_weather", city="Oslo", units="metric")],
+                "results": ['{"temp": 3}']}],
+     "answer": "It is 09:12 in Oslo and 3 degrees."},
+    {"prompt": "Weather in Rome and Lima, metric?",
+     "steps": [{"calls": [call("get_weather", city="Rome", units="metric"),
+                          call("get_weather", city="Lima", units="metric")],
+                "results": ['{"temp": 21}', '{"temp": 19}']}],
+     "answer": "Rome is 21 degrees, Lima 19."},
     {"prompt": "What does a timer do?", "steps": [],
      "answer": "It counts down and tells you when time is up."},
 ]
 BAD = [    # each breaks one rule: the schema (type, enum, required), an unknown tool, not JSON,
            # a result missing
-    {"prompt": "Timer for ten minutes.", "steps": [{"calls": [call("set_timer", minutes="ten")],
-                                                    "results": ['{"ok": true}']}],
-     "answer": "Done."},
+    {"prompt": "Timer for ten minutes.",
+     "steps": [{"calls": [call("set_timer", minutes="ten", label="tea")],
+                "results": ['{"ok": true}']}], "answer": "Done."},
     {"prompt": "Weather in Rome, in kelvin.",
      "steps": [{"calls": [call("get_weather", city="Rome", units="kelvin")],
                 "results": ["{}"]}], "answer": "Cold."},
-    {"prompt": "Email bo.", "steps": [{"calls": [call("send_email", to="bo@example.org")],
-                                       "results": ["{}"]}], "answer": "Sent."},
+    {"prompt": "Email ben.", "steps": [{"calls": [call("send_email", to="ben@mail.org")],
+                                        "results": ["{}"]}], "answer": "Sent."},
     {"prompt": "Launch it.", "steps": [{"calls": [call("launch_rocket", target="moon")],
                                         "results": ["{}"]}], "answer": "Launched."},
-    {"prompt": "Read a.md.", "steps": [{"calls": [{"name": "read_file",
-                                                   "arguments": "{path: a.md}"}],
-                                        "results": ["x"]}], "answer": "It says x."},
+    {"prompt": "Time in Oslo.", "steps": [{"calls": [{"name": "get_time",
+                                                      "arguments": "{city: Oslo}"}],
+                                           "results": ["x"]}], "answer": "It is x."},
     {"prompt": "Convert 5 EUR to USD.",
-     "steps": [{"calls": [call("convert_currency", amount=5, **{"from": "EUR", "to": "USD"})],
+     "steps": [{"calls": [call("convert_currency", amount=5, source="EUR", target="USD")],
                 "results": []}], "answer": "About 5.4 USD."},
 ]
 
@@ -90,32 +90,32 @@ def test_tool_synthesis_writes_structured_records_and_rejects_invalid_calls(teac
     asked = [r["body"] for r in teacher.requests
              if r["body"]["response_format"]["json_schema"]["name"] == "mens_tool_samples"]
     assert len(asked) == 2 and all(r["authorized"] for r in teacher.requests)
-    assert all('"name": "send_email"' in b["messages"][0]["content"] for b in asked)
+    assert all('"name": "search_flights"' in b["messages"][0]["content"] for b in asked)
 
     recs = read_jsonl(out / "records.jsonl")
     assert len(recs) == 3
-    from mens.synth.tool_synth import call_problems, schemas_of
-    for r in recs:   # structured: record-level tools, calls as objects, every call valid
-        assert r["tools"] == TOOLS and r["verdict"] == "passed"
-        assert r["oracle"]["check"] == "tool_call_schemas"
+    for r in recs:   # structured: record-level tools, calls as objects, judged by the oracles
+        assert r["tools"] == TOOLS and r["verdict"] == "passed" and r["oracle"]["passed"]
         calls = [c["function"] for m in r["messages"] for c in m.get("tool_calls") or []]
         assert all(isinstance(c["arguments"], dict) for c in calls)
-        assert call_problems(calls, schemas_of(r["tools"])) == []
-    chain = next(r for r in recs if "budget" in r["messages"][1]["content"])
+        assert r["oracle"]["check"] == ("transcript_structure + tool_call_schema" if calls
+                                        else "transcript_structure")
+    chain = next(r for r in recs if "Oslo" in r["messages"][1]["content"])
     assert [m["role"] for m in chain["messages"]] == ["system", "user", "assistant", "tool",
                                                       "assistant", "tool", "assistant"]
     assert chain["messages"][3]["tool_call_id"] == chain["messages"][2]["tool_calls"][0]["id"]
-    assert chain["messages"][2]["tool_calls"][0]["function"] == {
-        "name": "search_files", "arguments": {"glob": "budget*.md", "limit": 1}}
+    assert chain["messages"][4]["tool_calls"][0]["function"] == {
+        "name": "get_weather", "arguments": {"city": "Oslo", "units": "metric"}}
 
     quar = read_jsonl(out / "quarantine.jsonl")
     assert len(quar) == 6 and all(q["reason"].startswith("invalid tool call") for q in quar)
     why = {q["messages"][1]["content"]: q["reason"] for q in quar}
-    assert "'ten' is not of type 'integer'" in why["Timer for ten minutes."]
+    assert "tool_call_schema: call 1 `set_timer` arguments $.minutes: 'ten' is not of type " \
+        "'integer'" in why["Timer for ten minutes."]
     assert "'kelvin' is not one of" in why["Weather in Rome, in kelvin."]
-    assert "'subject' is a required property" in why["Email bo."]
-    assert "`launch_rocket`: no such tool" in why["Launch it."]
-    assert "arguments are not JSON" in why["Read a.md."]
+    assert "'subject' is a required property" in why["Email ben."]
+    assert "calls 'launch_rocket', which is not in the record's `tools`" in why["Launch it."]
+    assert "arguments are not JSON" in why["Time in Oslo."]
     assert "1 calls but 0 results" in why["Convert 5 EUR to USD."]
 
     counts = json.loads((out / "stats.json").read_text())["runs"][-1]["counts"]
