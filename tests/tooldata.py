@@ -123,25 +123,38 @@ CHATS = [("Hello!", "Hello! How can I help?"), ("Thanks a lot.", "You are welcom
          ("Good night.", "Good night!")]
 
 
-def record(r: random.Random, i: int, chat_share: float = 0.1) -> dict:
+def _offered(r: random.Random, name: str | None, k: int) -> list[dict]:
+    """k of the tools, the needed one among them, in the catalogue's order."""
+    others = [t for t in TOOLS if t["function"]["name"] != name]
+    pick = r.sample(others, k - (name is not None)) + \
+        [t for t in TOOLS if t["function"]["name"] == name]
+    return [t for t in TOOLS if t in pick]
+
+
+def record(r: random.Random, i: int, chat_share: float = 0.1, k: int = 6,
+           result_share: float = 1.0) -> dict:
+    """One record: k tools offered; the call's result and the final answer with probability
+    result_share (else the record ends at the call, as a turn of an agent loop does)."""
     if r.random() < chat_share:
         q, a = r.choice(CHATS)
-        return {"tools": TOOLS, "messages": [{"role": "user", "content": q},
-                                             {"role": "assistant", "content": a}]}
+        return {"tools": _offered(r, None, k), "messages": [
+            {"role": "user", "content": q}, {"role": "assistant", "content": a}]}
     say, name, args, result, answer = KINDS[i % len(KINDS)](r)
     cid = f"call{i:05d}"
-    return {"tools": TOOLS, "messages": [
-        {"role": "user", "content": say},
-        {"role": "assistant", "content": None, "tool_calls": [
-            {"id": cid, "type": "function",
-             "function": {"name": name, "arguments": json.dumps(args)}}]},
-        {"role": "tool", "tool_call_id": cid, "content": json.dumps(result)},
-        {"role": "assistant", "content": answer}]}
+    msgs = [{"role": "user", "content": say},
+            {"role": "assistant", "content": None, "tool_calls": [
+                {"id": cid, "type": "function",
+                 "function": {"name": name, "arguments": json.dumps(args)}}]}]
+    if r.random() < result_share:
+        msgs += [{"role": "tool", "tool_call_id": cid, "content": json.dumps(result)},
+                 {"role": "assistant", "content": answer}]
+    return {"tools": _offered(r, name, k), "messages": msgs}
 
 
-def write(path, n: int, seed: int = 0, chat_share: float = 0.1) -> list[dict]:
+def write(path, n: int, seed: int = 0, chat_share: float = 0.1, k: int = 6,
+          result_share: float = 1.0) -> list[dict]:
     r = random.Random(seed)
-    recs = [record(r, i, chat_share) for i in range(n)]
+    recs = [record(r, i, chat_share, k, result_share) for i in range(n)]
     with open(path, "w") as f:
         for rec in recs:
             f.write(json.dumps(rec) + "\n")

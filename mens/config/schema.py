@@ -487,6 +487,7 @@ class EvalConfig:
     judge_prompts: int = 16          # held-out prompts the judge sees (each in both orders)
     confidence: float = 0.95         # of every interval
     bootstrap: int = 2000            # resamples of the items (paired between base and tuned)
+    min_items: int = 20              # fewer items: a gain is "too few to judge" (never significant; the gate fails)
     seed: int = 0
     models: List[str] = field(default_factory=lambda: ["base", "tuned"])   # base | tuned (the adapter through PEFT)
     out: Optional[str] = None        # null: the run dir (or this command's own dir for a base)

@@ -284,6 +284,8 @@ RANGES: dict[str, Range] = {
                              note="the coverage of every interval"),
     "eval.bootstrap": Range(lo=100, integer=True, example="2000",
                             note="bootstrap resamples of the items"),
+    "eval.min_items": _count("items below which a gain is too few to judge (the gate records a "
+                             "lowered floor)", "20"),
     "eval.num_fewshot": Range(lo=0, integer=True, example="5", note="few-shot examples; null: "
                                                                      "each task's default"),
     "eval.limit": _pos("items per task (an int) or a fraction below 1; null: all", "100"),

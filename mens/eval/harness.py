@@ -20,7 +20,17 @@ A result (JSON-serialisable; per-doc values keyed by str(doc_id) so a JSON round
                                                 "higher_is_better": True, "aggregation": "mean",
                                                 "per_doc": {"0": 1.0, …} | None}},
                             "responses": {"none": {"0": [[-3.2, False], …] | "text"}}}},
-     "groups": {"mmlu": {"version": …, "metrics": {"acc": {"value", "stderr", …}}}}}
+     "groups": {"mmlu": {"version": …, "metrics": {"acc": {"value", "stderr", …}},
+                         "subtasks": ["mmlu_anatomy", …], "weight_by_size": {"acc": True}}}}
+
+A group's row is resampled over its subtasks' documents (each keyed `<subtask>/<doc_id>`): its
+value is lm-eval's aggregate — the size-weighted mean of the subtasks' means is the mean over all
+their documents; weight_by_size=false weights each document by 1/(its subtask's size) — so a
+group guard (gate.guard_tasks=[mmlu]) has an interval and can fail. A metric with no
+per-document mean (perplexity, corpus F1/BLEU, MCC) keeps lm-eval's value and stderr and no
+interval: the gate cannot judge it, and says so. A metric with no direction (higher_is_better
+missing and unknown to lm-eval's registry) is a ConfigError naming it: guessing "higher" would
+read a regression as a gain.
 """
 from __future__ import annotations
 
@@ -59,6 +69,41 @@ def _leaf_tasks(objs) -> list:
     return out
 
 
+def _groups(objs) -> dict:
+    """{name: lm-eval Group} of these loaded objects, nested groups (mmlu_stem …) included."""
+    from lm_eval.api.group import Group
+
+    out = {}
+    for o in objs:
+        if isinstance(o, Group):
+            out.update({g.name: g for g in (o, *o.get_all_groups())})
+    return out
+
+
+def _agg(a, field: str, default):
+    """A field of a group's aggregate_metric_list entry (an AggMetricConfig, or a dict)."""
+    return getattr(a, field, default) if not isinstance(a, dict) else a.get(field, default)
+
+
+def check_directions(loaded: dict) -> None:
+    """Every metric of every requested task has a direction (lm-eval's higher_is_better: the
+    task's metric_list, else its registry). Called before any weights load; a metric lacking
+    one is a ConfigError naming it — mens does not guess that higher is better."""
+    for name, objs in loaded.items():
+        for t in _leaf_tasks(objs):
+            for metric, hib in (t.higher_is_better() or {}).items():
+                if hib is None:
+                    raise _no_direction(t.task_name, metric)
+
+
+def _no_direction(task: str, metric: str) -> ConfigError:
+    return ConfigError(
+        f"eval.tasks: metric `{metric}` of lm-eval task `{task}` has no direction (no "
+        f"`higher_is_better` in its metric_list, and lm-eval's registry does not know "
+        f"`{metric}`): add `higher_is_better: true` (or false) to that metric in the task's "
+        f"YAML. mens will not guess — a regression would read as a gain.", key="eval.tasks")
+
+
 def chat_choice(objs, mode, has_template: bool) -> tuple[bool, str]:
     """(apply the chat template?, why) for one requested name's tasks."""
     if mode is True:
@@ -83,6 +128,7 @@ def run_tasks(model, tokenizer, eval_cfg, *, label: str, batch_size: int, max_le
 
     names = list(eval_cfg.tasks)
     tm, loaded = load_tasks(names, eval_cfg.include_path)
+    check_directions(loaded)
     mode = _mode(chat_template, eval_cfg)
     has_template = bool(getattr(tokenizer, "chat_template", None))
     if mode is True and not has_template:
@@ -111,7 +157,7 @@ def run_tasks(model, tokenizer, eval_cfg, *, label: str, batch_size: int, max_le
             numpy_random_seed=int(eval_cfg.seed), torch_random_seed=int(eval_cfg.seed),
             fewshot_random_seed=int(eval_cfg.seed))
         why = {t.task_name: chat[n][1] for n in picked for t in _leaf_tasks(loaded[n])}
-        collect(res, {t.task_name: t for t in _leaf_tasks(objs)}, on, why, out)
+        collect(res, {t.task_name: t for t in _leaf_tasks(objs)}, on, why, out, _groups(objs))
     return out
 
 
@@ -141,19 +187,25 @@ def _metric_keys(result: dict):
             yield (metric if filt == "none" else k), metric, filt
 
 
-def collect(res: dict, tasks: dict, chat_on: bool, why: dict, out: dict) -> None:
-    """Fold one simple_evaluate result into `out` (tasks: leaf name → lm-eval Task)."""
+def collect(res: dict, tasks: dict, chat_on: bool, why: dict, out: dict,
+            groups: dict | None = None) -> None:
+    """Fold one simple_evaluate result into `out` (tasks: leaf name → lm-eval Task; groups:
+    name → lm-eval Group, whose leaves and weighting let a group row be resampled)."""
     samples = res.get("samples", {})
     for name, result in res["results"].items():
         version = res["versions"].get(name)
         version = None if version is None else str(version)
         hib = res.get("higher_is_better", {}).get(name, {})
         if name not in tasks:      # a group: lm-eval's aggregate of its subtasks
+            g = (groups or {}).get(name)
             out["groups"][name] = {"version": version, "metrics": {
                 key: {"metric": m, "filter": f, "value": _num(result[f"{m},{f}"]),
                       "stderr": _num(result.get(f"{m}_stderr,{f}")),
                       "higher_is_better": hib.get(m)}
-                for key, m, f in _metric_keys(result)}}
+                for key, m, f in _metric_keys(result)},
+                "subtasks": [t.task_name for t in g.get_all_tasks()] if g else None,
+                "weight_by_size": {_agg(a, "metric", None): bool(_agg(a, "weight_by_size", True))
+                                   for a in (g.aggregate_metric_list or [])} if g else {}}
             continue
         aggs = {m: getattr(fn, "__name__", str(fn)) for m, fn in tasks[name].aggregation().items()}
         metrics = {}
@@ -183,8 +235,9 @@ def collect(res: dict, tasks: dict, chat_on: bool, why: dict, out: dict) -> None
 # --- eval.json rows ------------------------------------------------------------------------------
 PAIRED = "paired bootstrap over documents"
 SINGLE = "bootstrap over documents"
+EXACT = "exact sign-flip test over documents (fewer than 20)"
 NO_CI = ("none: lm-eval's aggregate is not a mean of per-document values (its own stderr is "
-         "kept; no interval is computed here)")
+         "kept; no interval is computed here, so the gate cannot judge it)")
 
 
 def _row(task: str, key: str, m: dict, version, n) -> dict:
@@ -193,40 +246,86 @@ def _row(task: str, key: str, m: dict, version, n) -> dict:
             "higher_is_better": m.get("higher_is_better"), "n": n, "version": version}
 
 
-def _per_doc_row(row, b, t, hib: bool, eval_cfg) -> dict:
-    """Intervals from per-document values: paired when both models ran (aligned by doc_id)."""
-    from mens.eval.stats import interval, paired
+def _doc_order(d: str):
+    """Documents in order: "12" by number; a group's "<subtask>/12" by subtask, then number."""
+    task, _, doc = d.rpartition("/")
+    return task, int(doc)
+
+
+def _per_doc_row(row, b, t, hib: bool, eval_cfg, weights=None) -> dict:
+    """Intervals from per-document values: paired when both models ran (aligned by doc_id).
+    weights: per document (a group of weight_by_size=false), values then pre-multiplied."""
+    from mens.eval.stats import EXACT_BELOW, interval, paired
 
     kw = {"confidence": float(eval_cfg.confidence), "reps": int(eval_cfg.bootstrap), "seed": int(eval_cfg.seed)}
     if b is not None and t is not None:
-        docs = sorted(set(b) & set(t), key=int)
+        docs = sorted(set(b) & set(t), key=_doc_order)
         if len(docs) != len(b) or len(docs) != len(t):
             print(f"mens eval: {row['name']}: base and tuned scored different documents "
                   f"({len(b)} vs {len(t)}); the {len(docs)} both scored are compared")
-        p = paired([b[d] for d in docs], [t[d] for d in docs], higher_is_better=hib, **kw)
-        return {**row, **p, "ci_method": PAIRED}
+        w = None if weights is None else [weights[d] for d in docs]
+        p = paired([b[d] for d in docs], [t[d] for d in docs], weights=w, higher_is_better=hib,
+                   **kw)
+        return {**row, **p, "ci_method": PAIRED if len(docs) >= EXACT_BELOW else EXACT}
     side, vals = ("base", b) if b is not None else ("tuned", t)
-    return {**row, "n": len(vals), side: interval(list(vals.values()), **kw), "ci_method": SINGLE}
+    docs = sorted(vals, key=_doc_order)
+    w = None if weights is None else [weights[d] for d in docs]
+    return {**row, "n": len(vals), side: interval([vals[d] for d in docs], w, **kw),
+            "ci_method": SINGLE}
 
 
 def _aggregate_row(row, b, t, hib: bool) -> dict:
-    """lm-eval's aggregate only (perplexity, corpus-level F1/BLEU, groups): value and stderr."""
+    """lm-eval's aggregate only (perplexity, corpus-level F1/BLEU): value and stderr."""
     out = {**row, "ci_method": NO_CI}
+    n = row.get("n")
     for side, m in (("base", b), ("tuned", t)):
         if m is not None:
-            out[side] = {"value": m["value"], "ci": None, "stderr": m.get("stderr")}
+            out[side] = {"value": m["value"], "ci": None, "n": n, "method": None,
+                         "stderr": m.get("stderr")}
     if b is not None and t is not None and None not in (b["value"], t["value"]):
         d = t["value"] - b["value"]
-        out["delta"] = {"value": d, "ci": None}
-        out["gain"] = {"value": d if hib else -d, "ci": None}
+        out["delta"] = {"value": d, "ci": None, "n": n, "method": None}
+        out["gain"] = {"value": d if hib else -d, "ci": None, "n": n, "method": None}
     return out
+
+
+def _mean_docs(m: dict | None) -> dict | None:
+    """A metric's per-document values when lm-eval's aggregate is their mean, else None."""
+    return m["per_doc"] if m and m.get("aggregation") == "mean" else None
+
+
+def _group_docs(run: dict, group: str, key: str, metric: str):
+    """(values, weights) of a group's metric over its subtasks' documents, keyed
+    `<subtask>/<doc_id>`; weights None when lm-eval weights by size (each document counts
+    once). None when a subtask lacks per-document means (the group has no interval)."""
+    g = run["groups"][group]
+    if not g.get("subtasks"):
+        return None
+    by_size = (g.get("weight_by_size") or {}).get(metric, True)
+    vals, wts = {}, {}
+    for leaf in g["subtasks"]:
+        docs = _mean_docs(run["tasks"].get(leaf, {}).get("metrics", {}).get(key))
+        if not docs:
+            return None
+        w = 1.0 if by_size else 1.0 / len(docs)   # a ratio of sums: Σ(v·w) / Σw
+        vals.update({f"{leaf}/{d}": v * w for d, v in docs.items()})
+        wts.update({f"{leaf}/{d}": w for d in docs})
+    return vals, (None if by_size else wts)
+
+
+def _direction(name: str, key: str, m: dict) -> bool:
+    hib = m.get("higher_is_better")
+    if hib is None:
+        raise _no_direction(name, key)
+    return bool(hib)
 
 
 def benchmark_rows(base: dict | None, tuned: dict | None, eval_cfg) -> list[dict]:
     """eval.json metric rows (group "benchmark") from run_tasks results of base and/or tuned.
-    Metrics averaged over documents (acc, acc_norm, exact_match, …) get bootstrap intervals —
-    paired over documents aligned by doc_id when both models ran; other aggregates (perplexity,
-    corpus F1, group scores) are listed with lm-eval's own stderr and no interval ("ci_method")."""
+    Metrics averaged over documents (acc, acc_norm, exact_match, …) get intervals — paired over
+    documents aligned by doc_id when both models ran; a group's over its subtasks' documents;
+    other aggregates (perplexity, corpus F1) are listed with lm-eval's own stderr and no
+    interval ("ci_method")."""
     runs = {"base": base or {}, "tuned": tuned or {}}
     rows = []
     for kind in ("tasks", "groups"):
@@ -238,14 +337,27 @@ def benchmark_rows(base: dict | None, tuned: dict | None, eval_cfg) -> list[dict
                                       *(t_task or {}).get("metrics", {})]):
                 b, t = ((x or {}).get("metrics", {}).get(key) for x in (b_task, t_task))
                 m = b or t
-                hib = m.get("higher_is_better")
-                hib = True if hib is None else bool(hib)
-                row = {**_row(name, key, m, any_task.get("version"), any_task.get("n")),
-                       "higher_is_better": hib}
-                docs = [x["per_doc"] if x and x.get("aggregation") == "mean" else None
-                        for x in (b, t)]
+                hib = _direction(name, key, m)
+                if kind == "tasks":
+                    docs = [_mean_docs(x) if x else None for x in (b, t)]
+                    weights, n = None, any_task.get("n")
+                else:
+                    found = [_group_docs(runs[s], name, key, m["metric"]) if x else None
+                             for s, x in (("base", b), ("tuned", t))]
+                    docs = [f[0] if f else None for f in found]
+                    weights = next((f[1] for f in found if f), None)
+                    n = _group_n(runs, any_task)
+                row = {**_row(name, key, m, any_task.get("version"), n), "higher_is_better": hib}
                 if all(x is None or d is not None for x, d in zip((b, t), docs)):
-                    rows.append(_per_doc_row(row, docs[0], docs[1], hib, eval_cfg))
+                    rows.append(_per_doc_row(row, docs[0], docs[1], hib, eval_cfg, weights))
                 else:
                     rows.append(_aggregate_row(row, b, t, hib))
     return rows
+
+
+def _group_n(runs: dict, group: dict) -> int | None:
+    """A group's documents: the sum over its subtasks (as scored by either model)."""
+    leaves = group.get("subtasks") or []
+    ns = [next((r["tasks"][x].get("n") for r in runs.values() if x in r.get("tasks", {})), None)
+          for x in leaves]
+    return sum(ns) if leaves and None not in ns else None

@@ -23,6 +23,30 @@ from mens.synth.oracle_checks import oracle_record
 GROUPS = {"spoke": "in_domain", "collateral": "collateral"}
 
 
+def as_chats(recs: list[dict]) -> tuple[list[dict], dict]:
+    """Held-out records as the chats scored here (mens.data.formats.turns, the one reader of
+    record kinds): a chat as it is; a pair (DPO, ORPO, SimPO) as its prompt + chosen answer; a
+    labeled record (KTO) as its prompt + completion when desirable. An undesirable labeled
+    record and a text record are left out — the tuned model is not credited for a lower loss on
+    an answer the data calls bad — and counted: ({"undesirable": n, "text": n})."""
+    from mens.data.formats import kind, turns
+
+    out, left = [], {"undesirable": 0, "text": 0}
+    for r in recs:
+        k = kind(r)
+        if k == "chat":
+            out.append(r)
+        elif k == "text":
+            left["text"] += 1
+        elif k == "labeled" and not r.get("label"):
+            left["undesirable"] += 1
+        else:
+            rest = {f: v for f, v in r.items()
+                    if f not in ("prompt", "chosen", "rejected", "completion", "label")}
+            out.append({**rest, "messages": turns(r, "chosen")})
+    return out, left
+
+
 def room(slots, prompt: list[int], max_new: int) -> int:
     """New tokens a prompt may get: max_new, cut so prompt + answer fits the model's context."""
     return max(0, min(max_new, slots.context - len(prompt)))
@@ -114,7 +138,8 @@ def row(spoke: str, role: str, metric: str, numbers: dict, higher_is_better: boo
 def score_set(slots, base_slot, tuned_slot, recs: list[dict], check: str | None, spec, eval_cfg, *,
               role: str, spoke: str, batch_size: int, k: int | None = None,
               greedy: bool | None = None, oracle: dict | None = None) -> dict:
-    """One held-out set of chat records, both models: {"rows", "items", "stats"}.
+    """One held-out set of chat records (as_chats makes them of pairs and labeled records), both
+    models: {"rows", "items", "stats"}.
 
     slots: one Slots holding both slots (a LoRA run), or (base Slots, tuned Slots) (a full
     fine-tune: mens.compare.core.load_models gives two). role: "spoke" | "collateral".

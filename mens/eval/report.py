@@ -1,5 +1,6 @@
 """eval.md: the metric rows as a table — base, tuned and the gain, each with its interval and
-the number of items — then what the evaluation planned and noted. Also the short form the
+the number of items, and the gain's verdict with its n (below eval.min_items: "too few to
+judge") — then what the evaluation planned and noted. Also the short form the
 gate and compare print (`fmt_value`, `fmt_gain`)."""
 from __future__ import annotations
 
@@ -36,17 +37,33 @@ def fmt_gain(row: dict) -> str:
     return f"{100 * g['value']:+.1f}{inner}{unit}"
 
 
+def verdict_text(row: dict, min_items: int) -> str:
+    """The gain's verdict against 0 with its n (mens.eval.stats.verdict), and the exact
+    one-sided p-value of "no gain" where the items were fewer than 20; "" without a tuned side."""
+    from mens.eval.stats import verdict
+
+    if "gain" not in row:
+        return ""
+    p = (row.get("gain") or {}).get("p")
+    return verdict(row, min_items) + (f" · p={p:.3g}" if p is not None else "")
+
+
 def render_md(result: dict) -> str:
-    conf = result.get("spec", {}).get("confidence", 0.95)
+    from mens.config.schema import EvalConfig
+
+    spec = result.get("spec") or {}
+    conf = spec.get("confidence", 0.95)
+    floor = spec.get("min_items", EvalConfig.min_items)
     who = result["run"] or f"base {result['rung']}"
     lines = [f"# mens eval · {who}", "",
              f"rung {result['rung']} · spoke {result['spoke']} · lane {result['lane']} · "
-             f"models {', '.join(result['models'])} · {conf:.0%} intervals (bootstrap over "
-             f"items, paired base vs tuned) · {result['duration_s']:.0f} s", ""]
+             f"models {', '.join(result['models'])} · {conf:.0%} intervals (paired base vs "
+             f"tuned: bootstrap over items; an exact sign-flip test below 20 items) · verdicts "
+             f"on at least {floor} items (eval.min_items) · {result['duration_s']:.0f} s", ""]
     rows = sorted(result["rows"], key=lambda r: (GROUPS.index(r["group"])
                                                  if r["group"] in GROUPS else 9, r["name"]))
-    lines += ["| group | metric | n | base | tuned | gain | notes |",
-              "|---|---|---:|---:|---:|---:|---|"]
+    lines += ["| group | metric | n | base | tuned | gain | verdict | notes |",
+              "|---|---|---:|---:|---:|---:|---|---|"]
     for r in rows:
         pct = is_rate(r)
         notes = []
@@ -59,7 +76,7 @@ def render_md(result: dict) -> str:
             notes.append(r["ci_method"])
         lines.append(f"| {r['group']} | {r['name']}{' (%)' if pct else ''} | {r['n']} | "
                      f"{fmt_value(r.get('base'), pct)} | {fmt_value(r.get('tuned'), pct)} | "
-                     f"{fmt_gain(r)} | {'; '.join(notes)} |")
+                     f"{fmt_gain(r)} | {verdict_text(r, floor)} | {'; '.join(notes)} |")
     lines += ["", "## Plan", ""]
     for mode, p in (result.get("plan") or {}).items():
         lines.append(f"- {mode}: batch {p['batch']} × {p['seq_len']} tokens, peak "

@@ -54,24 +54,36 @@ def target(cfg: DictConfig, out_dir: Path) -> tuple[Path | None, DictConfig, Pat
         Path(cfg.eval.out) if cfg.eval.out else out_dir
 
 
-def held_out_sets(spec, max_prompts: int, collateral: bool) -> list[tuple[str, str, str | None, list]]:
+def held_out_sets(spec, max_prompts: int, collateral: bool,
+                  notes: list[str] | None = None) -> list[tuple[str, str, str | None, list]]:
     """[(role, spoke, admission check, chat records)]: the data's own held-out split first
-    (no oracle for a user's own data), then every other spoke's eval set."""
+    (no oracle for a user's own data), then every other spoke's eval set. Pairs and labeled
+    records are scored as chats (mens.eval.indomain.as_chats: the chosen or desirable answer);
+    what is left out is said and added to `notes`."""
+    import sys
+
     from mens.config.options import load_option, spokes
     from mens.data.corpus import load_eval
-    from mens.data.formats import kind
     from mens.data.select import eval_records, user_data
+    from mens.eval.indomain import as_chats
+
+    def chats(name: str, recs: list[dict]) -> list[dict]:
+        kept, left = as_chats(recs)
+        if any(left.values()):
+            line = (f"{name}: {left['undesirable']} undesirable labeled and {left['text']} text "
+                    f"held-out record(s) not scored (no answer the data calls good)")
+            print(f"mens eval: note: {line}", file=sys.stderr)
+            (notes if notes is not None else []).append(line)
+        return kept[:max_prompts]
 
     own_name, own = eval_records(spec)["eval"]
     own_check = None if user_data(spec) else spec.spoke.admission.check
-    out = [("in_domain", own_name, own_check,
-            [r for r in own if kind(r) == "chat"][:max_prompts])]
+    out = [("in_domain", own_name, own_check, chats(own_name, own))]
     for name in spokes() if collateral else []:
         if name == own_name:
             continue
         sp = load_option("spoke", name)
-        out.append(("collateral", name, sp.admission.check,
-                    [r for r in load_eval(sp) if kind(r) == "chat"][:max_prompts]))
+        out.append(("collateral", name, sp.admission.check, chats(name, load_eval(sp))))
     return out
 
 
@@ -117,9 +129,10 @@ def evaluate(cfg: DictConfig, out_dir: Path) -> dict:
     # adapter=: the fetched adapter (spec.adapter pinned, train.init_adapter its local dir)
     adapter = spec.train.init_adapter if run is None and spec.get("adapter") else None
     models = [m for m in ev.models if run is not None or adapter or m == "base"]
-    if ev.tasks:   # unknown names and uncached data fail now, before any weights load
+    if ev.tasks:   # unknown names, uncached data, a metric with no direction: now, before weights
+        from mens.eval.harness import check_directions
         from mens.eval.tasks import load_tasks
-        load_tasks(list(ev.tasks), ev.include_path)
+        check_directions(load_tasks(list(ev.tasks), ev.include_path)[1])
     from mens.source.resolve import fetch_base
     fetch_base(spec.rung)      # a Hub base not cached here: downloaded now the eval plan fits
     slots, base, tuned = _load(run, spec, adapter)
@@ -127,7 +140,7 @@ def evaluate(cfg: DictConfig, out_dir: Path) -> dict:
     try:
         if ev.tasks:
             rows += _benchmarks(slots, base, tuned, ev, spec, ll_batch, models)
-        sets = held_out_sets(spec, int(ev.max_prompts), bool(ev.collateral)) \
+        sets = held_out_sets(spec, int(ev.max_prompts), bool(ev.collateral), planned["notes"]) \
             if ev.in_domain or ev.collateral else []
         for role, name, check, recs in sets:
             if role == "in_domain" and not ev.in_domain:

@@ -1,15 +1,31 @@
-"""Intervals for evaluation metrics: percentile bootstrap over items, paired between base and
-tuned (they see the same items, so the difference's interval is far tighter than the two
-intervals side by side), and the unbiased pass@k estimator (Chen et al. 2021, HumanEval).
+"""Intervals for evaluation metrics, paired between base and tuned (they see the same items, so
+the difference's interval is far tighter than the two intervals side by side), the verdicts
+read from them, and the unbiased pass@k estimator (Chen et al. 2021, HumanEval).
 
-Plain numpy; deterministic for a given seed. An item is the unit resampled: a benchmark
-document, a held-out prompt (its k samples stay together), a judged pair.
+An item is the unit resampled: a benchmark document, a held-out prompt (its k samples stay
+together), a judged pair. Every interval carries its item count `n` and its `method`:
+
+  - n >= EXACT_BELOW (20): the percentile bootstrap over items, as before (deterministic for a
+    seed; `reps` resamples).
+  - n < 20, a gain or delta: the exact sign-flip (paired permutation) test, inverted. For paired
+    0/1 scores it is the exact sign test (McNemar's): three prompts that each flip 0 -> 1 give
+    one-sided p = 1/8. The bootstrap is no good here: one item gives a zero-width interval, and
+    a handful give intervals far narrower than the data support. Below 6 items no 95 % bound
+    exists at all (even the strongest data give p >= 1/32 > 0.025): the interval is null.
+  - n < 20, one model's rate of 0/1 scores: Clopper-Pearson (scipy.stats.binomtest).
+
+Verdicts: below `eval.min_items` (default 20) a gain is "too few to judge" whatever its interval
+says — never significant, never a confident loss — and a gain without an interval cannot be
+judged either (`unjudgeable`). The gate turns both into failing reasons.
 """
 from __future__ import annotations
 
 from math import comb
 
 import numpy as np
+
+EXACT_BELOW = 20          # items: below it a gain's interval is exact (2^19 sign flips at most)
+BOOTSTRAP, EXACT = "bootstrap", "exact"
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -40,57 +56,163 @@ def _stat(values: np.ndarray, weights: np.ndarray | None, idx=None):
     return v.sum(axis=-1) / np.maximum(w.sum(axis=-1), 1e-12)
 
 
+def _subset_sums(x: np.ndarray) -> np.ndarray:
+    """Σ over every subset of x (2^n of them; index 0 is the empty set), by doubling."""
+    out = np.zeros(1)
+    for v in x:
+        out = np.concatenate([out, out + v])
+    return out
+
+
+def sign_flip(a, c, confidence: float) -> dict:
+    """The exact sign-flip test of a ratio gain Σa/Σc (c > 0 per item), inverted.
+
+    For a threshold m, "gain > m" is Σ(a − m·c) > 0; under "no gain beyond m" each item's
+    a − m·c is as likely negative as positive, so over the 2^n sign flips the one-sided
+    p(m) = #{subsets F : Σ_F a ≤ m·Σ_F c} / 2^n (the empty set counts: the data themselves).
+    It rejects at α = (1 − confidence)/2 iff m lies below the (K+1)-th smallest subset ratio
+    Σ_F a / Σ_F c, K = ⌊α·2^n⌋ − 1 (Hartigan's "typical values"): that ratio is the lower
+    bound, the (K+1)-th largest the upper. K < 0 (2^n < 1/α): no bound exists, ci is null.
+    {"ci", "p"}: p = p(0), the one-sided exact p-value of "no gain"."""
+    a, c = np.asarray(a, dtype=float), np.asarray(c, dtype=float)
+    sa, sc = _subset_sums(a)[1:], _subset_sums(c)[1:]
+    p = float((1 + np.count_nonzero(sa <= 0)) / 2 ** a.size)
+    k = int(np.floor((1 - confidence) / 2 * 2 ** a.size)) - 1
+    if k < 0:
+        return {"ci": None, "p": p}
+    r = sa / sc
+    lo = np.partition(r, k)[k]
+    hi = np.partition(r, r.size - 1 - k)[r.size - 1 - k]
+    return {"ci": [float(lo), float(hi)], "p": p}
+
+
 def interval(values, weights=None, confidence: float = 0.95, reps: int = 2000,
              seed: int = 0) -> dict:
-    """{"value", "ci"} of one model's metric. values: per item (weights: None, or per-item
-    weights making the metric sum(values)/sum(weights), values then being per-item sums)."""
+    """{"value", "ci", "n", "method"} of one model's metric. values: per item (weights: None, or
+    per-item weights making the metric sum(values)/sum(weights), values then being per-item
+    sums). Below EXACT_BELOW items a rate of 0/1 scores gets the exact Clopper-Pearson interval;
+    other small samples keep the bootstrap (descriptive: no verdict reads one model's interval),
+    except one item, whose bootstrap would be a zero-width interval: null."""
     v = np.asarray(values, dtype=float)
     w = None if weights is None else np.asarray(weights, dtype=float)
     if v.size == 0:
-        return {"value": None, "ci": None}
+        return {"value": None, "ci": None, "n": 0, "method": None}
     value = float(_stat(v, w))
+    if v.size < EXACT_BELOW and w is None and np.isin(v, (0.0, 1.0)).all():
+        from scipy.stats import binomtest
+
+        ci = binomtest(int(v.sum()), int(v.size)).proportion_ci(confidence, method="exact")
+        return {"value": value, "ci": [float(ci.low), float(ci.high)], "n": int(v.size),
+                "method": EXACT}
     if v.size == 1:
-        return {"value": value, "ci": [value, value]}
-    return {"value": value, "ci": _ci(_stat(v, w, _indices(v.size, reps, seed)), confidence)}
+        return {"value": value, "ci": None, "n": 1, "method": None}
+    return {"value": value, "ci": _ci(_stat(v, w, _indices(v.size, reps, seed)), confidence),
+            "n": int(v.size), "method": BOOTSTRAP}
 
 
 def paired(base, tuned, weights=None, higher_is_better: bool = True, relative: bool = False,
            confidence: float = 0.95, reps: int = 2000, seed: int = 0) -> dict:
     """A metric row's numbers for two models scored on the same items (same order):
-    {"n", "base", "tuned", "delta", "gain"}. The same resampled items feed both models in each
-    bootstrap replicate. delta = tuned − base; gain = delta signed so that > 0 is better, or
-    with relative=True (loss) the share of the base's value removed: 1 − tuned / base."""
+    {"n", "base", "tuned", "delta", "gain"}. delta = tuned − base; gain = delta signed so that
+    > 0 is better, or with relative=True (loss) the share of the base's value removed:
+    1 − tuned / base. From EXACT_BELOW items the same resampled items feed both models in each
+    bootstrap replicate; below it delta and gain get the exact sign-flip interval (sign_flip)
+    and the gain its one-sided p-value of "no gain" ("p")."""
     b, t = np.asarray(base, dtype=float), np.asarray(tuned, dtype=float)
     if b.shape != t.shape:
         raise ValueError(f"paired metrics need the same items: {b.shape} vs {t.shape}")
     w = None if weights is None else np.asarray(weights, dtype=float)
-    out = {"n": int(b.size), "base": interval(b, w, confidence, reps, seed),
+    n = int(b.size)
+    out = {"n": n, "base": interval(b, w, confidence, reps, seed),
            "tuned": interval(t, w, confidence, reps, seed)}
-    if b.size == 0:
-        return {**out, "delta": {"value": None, "ci": None}, "gain": {"value": None, "ci": None}}
-    idx = _indices(b.size, reps, seed) if b.size > 1 else None
-    sb, st = _stat(b, w), _stat(t, w)
-    rb = _stat(b, w, idx) if idx is not None else np.array([sb])
-    rt = _stat(t, w, idx) if idx is not None else np.array([st])
+    if n == 0:
+        none = {"value": None, "ci": None, "n": 0, "method": None}
+        return {**out, "delta": dict(none), "gain": dict(none)}
     sign = 1.0 if higher_is_better else -1.0
-    delta = {"value": float(st - sb), "ci": _ci(rt - rb, confidence)}
+    sb, st = float(_stat(b, w)), float(_stat(t, w))
     if relative:
-        gain_of = (lambda x, y: sign * (y - x) / np.where(x == 0, np.nan, np.abs(x)))
+        g = sign * (st - sb) / abs(sb) if sb != 0 else float("nan")
     else:
-        gain_of = (lambda x, y: sign * (y - x))
-    g = gain_of(np.asarray(sb), np.asarray(st))
-    reps_g = gain_of(rb, rt)
+        g = sign * (st - sb)
+    gain_value = g if np.isfinite(g) else None
+    if n < EXACT_BELOW:
+        return {**out, **_exact(b, t, w, sign, relative, confidence, st - sb, gain_value)}
+    idx = _indices(n, reps, seed)
+    rb, rt = _stat(b, w, idx), _stat(t, w, idx)
+    if relative:
+        reps_g = sign * (rt - rb) / np.where(rb == 0, np.nan, np.abs(rb))
+    else:
+        reps_g = sign * (rt - rb)
     reps_g = reps_g[np.isfinite(reps_g)]
-    gain = {"value": float(g) if np.isfinite(g) else None,
-            "ci": _ci(reps_g, confidence) if reps_g.size else None}
-    return {**out, "delta": delta, "gain": gain}
+    return {**out, "delta": {"value": st - sb, "ci": _ci(rt - rb, confidence), "n": n,
+                             "method": BOOTSTRAP},
+            "gain": {"value": gain_value, "ci": _ci(reps_g, confidence) if reps_g.size else None,
+                     "n": n, "method": BOOTSTRAP}}
 
 
-def significant(gain: dict, above: float) -> bool:
-    """The whole interval lies above `above` (a one-sided test at (1+confidence)/2)."""
-    return gain.get("ci") is not None and gain["ci"][0] > above
+def _exact(b, t, w, sign, relative, confidence, delta, gain) -> dict:
+    """delta and gain of fewer than EXACT_BELOW items by the sign-flip test (see sign_flip).
+    A ratio gain Σa/Σc: absolute, a = sign·(t − b) and c = the item's weight (1 unweighted);
+    relative (loss), c = |b| — the weights cancel (Σt/Σw over Σb/Σw)."""
+    n = b.size
+    ones = np.ones(n) if w is None else w
+    d = sign_flip(t - b, ones, confidence) if (ones > 0).all() else {"ci": None, "p": None}
+    c = np.abs(b) if relative else ones
+    g = sign_flip(sign * (t - b), c, confidence) if (c > 0).all() else {"ci": None, "p": None}
+    return {"delta": {"value": delta, "ci": d["ci"], "n": n, "method": EXACT},
+            "gain": {"value": gain, "ci": g["ci"], "n": n, "method": EXACT, "p": g["p"]}}
 
 
-def confidently_below(gain: dict, below: float) -> bool:
-    """The whole interval lies below `below` (a confident loss of more than −below)."""
-    return gain.get("ci") is not None and gain["ci"][1] < below
+# --- verdicts ------------------------------------------------------------------------------------
+TOO_FEW = "too few to judge"
+NO_INTERVAL = "cannot judge: no interval"
+
+
+def items(gain: dict | None, n: int | None = None) -> int:
+    """The items a gain stands on: its own n, else the row's (a judge row's gain has none)."""
+    if gain and gain.get("n") is not None:
+        return int(gain["n"])
+    return int(n or 0)
+
+
+def unjudgeable(gain: dict | None, n: int | None, min_items: int) -> str | None:
+    """Why this gain cannot be judged (None: it can): fewer items than the floor
+    (eval.min_items), or no interval (lm-eval's aggregate of no per-document values; fewer than
+    6 items at 95 %). A gain with no value at all (nothing scored) is the caller's to name."""
+    k = items(gain, n)
+    if k < min_items:
+        return f"{TOO_FEW}: n={k} < eval.min_items={min_items}"
+    if not gain or gain.get("ci") is None:
+        small = (gain or {}).get("method") == EXACT
+        return f"{NO_INTERVAL} (n={k}{': too few items for an exact bound' if small else ''})"
+    return None
+
+
+def significant(gain: dict, above: float, n: int | None = None, min_items: int = 1) -> bool:
+    """The whole interval lies above `above` (a one-sided test at (1+confidence)/2), on at least
+    min_items items."""
+    return unjudgeable(gain, n, min_items) is None and gain["ci"][0] > above
+
+
+def confidently_below(gain: dict, below: float, n: int | None = None,
+                      min_items: int = 1) -> bool:
+    """The whole interval lies below `below` (a confident loss of more than −below), on at
+    least min_items items."""
+    return unjudgeable(gain, n, min_items) is None and gain["ci"][1] < below
+
+
+def verdict(row: dict, min_items: int, above: float = 0.0) -> str:
+    """One row's verdict in words, with its n: "better (n=40)", "worse (n=40)", "within noise
+    (n=40)", "too few to judge: n=3 < eval.min_items=20", "cannot judge: no interval (n=40)"."""
+    gain = row.get("gain")
+    if not gain or gain.get("value") is None:
+        return f"no item scored (n={items(gain, row.get('n'))})"
+    why = unjudgeable(gain, row.get("n"), min_items)
+    if why:
+        return why
+    k = items(gain, row.get("n"))
+    if gain["ci"][0] > above:
+        return f"better (n={k})"
+    if gain["ci"][1] < above:
+        return f"worse (n={k})"
+    return f"within noise (n={k})"

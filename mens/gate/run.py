@@ -8,12 +8,21 @@ needs (fewer prompts, another k, a guard task it did not run). Then:
     noise fails as "not significant", naming the interval. An oracle that could not run here
     fails: unverified is not passed.
   - **guards**: no collateral metric (every other spoke's loss and greedy pass rate; each
-    lm-eval task of `gate.guard_tasks`) may lose more than `gate.max_regression` with
+    lm-eval task or group of `gate.guard_tasks`) may lose more than `gate.max_regression` with
     confidence (its whole interval below −max_regression); nor, when the held-out records use
     tools, the spoke's own tool_call/exact and tool_call/schema_valid (mens.eval.toolcalls).
+  - **a floor**: a gain on fewer than `eval.min_items` items (default 20) is "too few to judge":
+    never significant, and the gate fails. Below 20 items the intervals are exact (a sign-flip
+    test, mens.eval.stats), so a user who lowers the floor gets a verdict that holds at that n —
+    one item can never pass, three flips of 0→1 neither (p = 1/8). The receipt records the
+    floor and whether it was lowered.
+  - **a guard that cannot judge fails the gate**: too few items, no interval (an lm-eval metric
+    that is not a mean of per-document values — perplexity, corpus F1/BLEU — has none), or
+    nothing scored (its oracle could not run here). A guard that could never fail would let any
+    regression through; the reason names the fix.
 Gains are fractions: points of a rate (0.05 = 5 points), or the share of the base's loss
-removed. Writes gate.json (atomic) with the rows it judged, the items, the intervals, the task
-versions and the eval's own spec. Exit 0 on pass, 3 on fail (the gate refuses).
+removed. Writes gate.json (atomic) with the rows it judged (each with its verdict and n), the
+items, the intervals, the task versions and the eval's own spec. Exit 0 on pass, 3 on fail.
 """
 from __future__ import annotations
 
@@ -29,7 +38,7 @@ from mens.errors import EXIT_OK, EXIT_REFUSED, ConfigError
 from mens.resources import CORPORA
 from mens.run.receipt import artifact_sha256, write_receipt
 from mens.run.rundir import RunDir
-from mens.eval.stats import confidently_below, significant
+from mens.eval.stats import confidently_below, items, significant, unjudgeable
 from mens.eval.toolcalls import is_guard as is_tool_guard, missing_guards as tool_guards_missing
 
 
@@ -72,6 +81,9 @@ def stale(existing: dict | None, need: DictConfig, sha: str | None) -> str | Non
         return "eval.json did not measure the other spokes (eval.collateral=false)"
     if "tuned" not in (existing.get("models") or []):
         return "eval.json did not evaluate the tuned model"
+    if any(r.get("group") != "judge" and "method" not in (r.get("gain") or {"method": None})
+           for r in existing.get("rows") or []):
+        return "eval.json predates exact intervals for few items (its gains carry no method)"
     if "tool_calls" not in existing:   # it cannot say whether the held-out records use tools
         return "eval.json predates the tool-call rows (mens eval of issue #38)"
     return None
@@ -112,8 +124,10 @@ def pick_metric(rows: list[dict], asked: str) -> tuple[str, str | None]:
     return "pass@1", None
 
 
-def judge(result: dict, g) -> tuple[str, list[str], dict | None, list[dict], str]:
-    """(verdict, reasons, the in-domain row, the guard rows, the metric gated)."""
+def judge(result: dict, g, min_items: int) -> tuple:
+    """(verdict, reasons, the in-domain row, the guard rows, the metric gated, why auto chose
+    it). The rows returned are copies carrying their verdict in words ("verdict"), n included;
+    min_items: eval.min_items, the floor below which nothing is judged."""
     rows = result["rows"]
     conf = (result.get("spec") or {}).get("confidence", 0.95)
     metric, why_metric = pick_metric(rows, g.metric)
@@ -123,35 +137,80 @@ def judge(result: dict, g) -> tuple[str, list[str], dict | None, list[dict], str
         metric = f"pass@{(result.get('spec') or {}).get('k')}"
     reasons = []
     own = next((r for r in rows if r["group"] == "in_domain" and r["metric"] == metric), None)
-    if own is None:
+    if own is not None:
+        own = {**own, "verdict": _own_verdict(own, g, min_items, conf, reasons, metric)}
+    else:
         reasons.append(f"in-domain: no `{metric}` result (gate.metric={g.metric}); the spoke "
                        f"has no oracle or eval.k is 0 — use gate.metric=loss")
-    elif (own.get("gain") or {}).get("value") is None:
-        unv = own.get("unverified") or {}
-        why = (f"{unv.get('base', 0) + unv.get('tuned', 0)} answers unverified "
-               f"({'; '.join(unv.get('reasons') or []) or 'no reason given'})"
-               if unv.get("prompts_left_out") else "no item scored")
-        reasons.append(f"in-domain {own['spoke']} {metric}: {why} — the oracle "
-                       f"`{own.get('check')}` could not judge here; unverified is not passed")
-    elif not significant(own["gain"], g.min_gain):
-        lo, hi = own["gain"]["ci"]
-        what = "a confident loss" if hi < 0 else "not significant"
-        reasons.append(f"in-domain {own['spoke']} {metric}: gain {_pts(own['gain']['value'])} is "
-                       f"{what}: its {conf:.0%} interval [{_pts(lo)}, {_pts(hi)}] over "
-                       f"{own['n']} prompts does not lie above gate.min_gain={g.min_gain:g}")
-    guards = [r for r in rows if r["group"] == "collateral" or is_tool_guard(r)
+    guards = [{**r, "verdict": _guard_verdict(r, g, min_items, conf, reasons)}
+              for r in rows if r["group"] == "collateral" or is_tool_guard(r)
               or (r["group"] == "benchmark" and r.get("task") in set(g.guard_tasks))]
-    for r in guards:
-        gain = r.get("gain") or {}
-        if confidently_below(gain, -g.max_regression):
-            lo, hi = gain["ci"]
-            reasons.append(f"{r['group']} {r['name']}: loses {_pts(-gain['value'])} "
-                           f"({conf:.0%} interval of the gain [{_pts(lo)}, {_pts(hi)}]) — more "
-                           f"than gate.max_regression={g.max_regression:g} with confidence")
     missing = set(g.guard_tasks) - {r.get("task") for r in guards}
     reasons += [f"guard task {t}: no result in eval.json" for t in sorted(missing)]
     reasons += tool_guards_missing(result)
     return ("fail" if reasons else "pass"), reasons, own, guards, metric, why_metric
+
+
+FEWER = ("score more items (gate.max_prompts, more held-out data; an lm-eval task's eval.limit) "
+         "or lower eval.min_items, which gate.json records")
+
+
+def _own_verdict(own: dict, g, min_items: int, conf: float, reasons: list, metric: str) -> str:
+    """The in-domain row's verdict; a failing one appends its reason."""
+    gain, n = own.get("gain") or {}, items(own.get("gain"), own.get("n"))
+    head = f"in-domain {own['spoke']} {metric}"
+    if gain.get("value") is None:
+        unv = own.get("unverified") or {}
+        why = (f"{unv.get('base', 0) + unv.get('tuned', 0)} answers unverified "
+               f"({'; '.join(unv.get('reasons') or []) or 'no reason given'})"
+               if unv.get("prompts_left_out") else "no item scored")
+        reasons.append(f"{head}: {why} — the oracle `{own.get('check')}` could not judge here; "
+                       f"unverified is not passed")
+        return f"cannot judge: {why} (n={n})"
+    why = unjudgeable(gain, n, min_items)
+    if why:
+        p = f" (exact one-sided p of no gain: {gain['p']:.3g})" if gain.get("p") is not None else ""
+        reasons.append(f"{head}: gain {_pts(gain['value'])}, {why}{p} — the gate calls no gain "
+                       f"significant without an interval on at least eval.min_items items; "
+                       f"{FEWER}")
+        return why
+    if significant(gain, g.min_gain, n, min_items):
+        return f"significant (n={n})"
+    lo, hi = gain["ci"]
+    what = "a confident loss" if hi < 0 else "not significant"
+    reasons.append(f"{head}: gain {_pts(gain['value'])} is {what}: its {conf:.0%} interval "
+                   f"[{_pts(lo)}, {_pts(hi)}] over {n} prompts does not lie above "
+                   f"gate.min_gain={g.min_gain:g}")
+    return f"{what} (n={n})"
+
+
+def _guard_verdict(r: dict, g, min_items: int, conf: float, reasons: list) -> str:
+    """A guard row's verdict; one that fails — or cannot judge — appends its reason."""
+    gain, n = r.get("gain") or {}, items(r.get("gain"), r.get("n"))
+    head = f"{r['group']} {r['name']}"
+    if gain.get("value") is None:
+        unv = r.get("unverified") or {}
+        what = ("its oracle could not run here: "
+                f"{'; '.join(unv.get('reasons') or []) or 'no reason given'}"
+                if unv.get("prompts_left_out") else "no item scored")
+        reasons.append(f"{head}: cannot judge: nothing scored (n={n}; {what}) — a guard that "
+                       f"cannot judge fails the gate; make it scorable or drop it "
+                       f"(gate.collateral=false, gate.guard_tasks)")
+        return f"cannot judge (n={n})"
+    why = unjudgeable(gain, n, min_items)
+    if why:
+        fix = FEWER if why.startswith("too few") or gain.get("method") else (
+            "lm-eval gives this metric no per-document values to resample; guard a task whose "
+            "metric is a mean over its documents, or drop it from gate.guard_tasks")
+        reasons.append(f"{head}: {why} — a guard that cannot judge fails the gate; {fix}")
+        return why
+    if confidently_below(gain, -g.max_regression, n, min_items):
+        lo, hi = gain["ci"]
+        reasons.append(f"{head}: loses {_pts(-gain['value'])} ({conf:.0%} interval of the gain "
+                       f"[{_pts(lo)}, {_pts(hi)}] over {n} items) — more than "
+                       f"gate.max_regression={g.max_regression:g} with confidence")
+        return f"a confident loss (n={n})"
+    return f"no confident loss (n={n})"
 
 
 def _pts(x: float) -> str:
@@ -173,7 +232,8 @@ def gate_run(run: Path | str, cfg: DictConfig, corpora: Path | str = CORPORA) ->
                           key="run")
     started = time.time()
     result = ensure_eval(run, cfg, sha)
-    verdict, reasons, own, guards, metric, why_metric = judge(result, cfg.gate)
+    floor = _floor(cfg)
+    verdict, reasons, own, guards, metric, why_metric = judge(result, cfg.gate, floor["min_items"])
     spec = OmegaConf.load(rd.spec)
     raw = (run / "eval.json").read_bytes()
     receipt = {
@@ -181,6 +241,7 @@ def gate_run(run: Path | str, cfg: DictConfig, corpora: Path | str = CORPORA) ->
         "spoke": result["spoke"], **lane_fields(spec.lane), "artifact_sha256": sha,
         "verdict": verdict, "reasons": reasons,
         "thresholds": OmegaConf.to_container(cfg.gate, resolve=True),
+        "floor": floor,
         "metric": metric, "metric_why": why_metric, "in_domain": own, "guards": guards,
         "eval": {"path": "eval.json", "sha256": hashlib.sha256(raw).hexdigest(),
                  "spec": result.get("spec"), "created": result.get("created"),
@@ -191,6 +252,18 @@ def gate_run(run: Path | str, cfg: DictConfig, corpora: Path | str = CORPORA) ->
         "created": time.time(), "duration_s": round(time.time() - started, 2)}
     write_receipt(run, receipt)
     return receipt
+
+
+def _floor(cfg) -> dict:
+    """eval.min_items as the gate applies it; lowered below the schema's default, it is said
+    and recorded (a verdict on fewer items is the user's choice, not mens's)."""
+    from mens.config.schema import EvalConfig
+
+    k, default = int(cfg.eval.min_items), EvalConfig.min_items
+    if k < default:
+        print(f"mens gate: note: eval.min_items={k} (default {default}): gains on {k} to "
+              f"{default - 1} items are judged (exact intervals); gate.json records the floor")
+    return {"min_items": k, "default": default, "lowered": k < default}
 
 
 def render(receipt: dict) -> str:
@@ -205,17 +278,20 @@ def render(receipt: dict) -> str:
     con = Console(file=buf, width=120, force_terminal=False, color_system=None)
     t = Table(title=f"gate · {receipt['rung']} · {receipt['spoke']} · {receipt['lane']} · "
                     f"gated on {receipt['metric']}", show_edge=False)
-    for c in ("role", "metric", "n", "base", "tuned", "gain"):
-        t.add_column(c, justify="left" if c in ("role", "metric") else "right")
+    for c in ("role", "metric", "n", "base", "tuned", "gain", "verdict"):
+        t.add_column(c, justify="left" if c in ("role", "metric", "verdict") else "right")
     for role, r in [("in-domain", receipt["in_domain"]),
                     *(("guard", r) for r in receipt["guards"])]:
         if r is None:
             continue
         pct = is_rate(r)
         t.add_row(role, r["name"], str(r["n"]), fmt_value(r.get("base"), pct),
-                  fmt_value(r.get("tuned"), pct), fmt_gain(r))
+                  fmt_value(r.get("tuned"), pct), fmt_gain(r), r.get("verdict") or "")
     con.print(t)
-    con.print(f"verdict: {receipt['verdict'].upper()}")
+    floor = receipt.get("floor") or {}
+    lowered = (f" (lowered from {floor['default']})" if floor.get("lowered") else "")
+    con.print(f"verdict: {receipt['verdict'].upper()} · eval.min_items="
+              f"{floor.get('min_items')}{lowered}")
     for why in receipt["reasons"]:
         con.print(f"  - {why}")
     return buf.getvalue().rstrip()

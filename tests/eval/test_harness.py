@@ -90,14 +90,17 @@ def test_run_tasks_numbers_per_doc_and_chat_choice(results, capsys):
 
 
 def test_benchmark_rows_paired_by_doc(results, task_dir):
-    from mens.eval.harness import PAIRED, SINGLE, benchmark_rows
+    from mens.eval.harness import EXACT, PAIRED, SINGLE, benchmark_rows
 
     ev = _ev(task_dir)
     rows = benchmark_rows(results["base"], results["tuned"], ev)
     assert [r["name"] for r in rows] == [f"{MC}/acc", f"{MC}/acc_norm", f"{GEN}/exact_match"]
     for r in rows:
         task = results["tuned"]["tasks"][r["task"]]
-        assert r["group"] == "benchmark" and r["version"] == "1.0" and r["ci_method"] == PAIRED
+        # 20 documents: the paired bootstrap; 10: the exact sign-flip test
+        assert r["ci_method"] == (PAIRED if task["n"] == 20 else EXACT)
+        assert r["gain"]["method"] == ("bootstrap" if task["n"] == 20 else "exact")
+        assert r["group"] == "benchmark" and r["version"] == "1.0"
         assert r["n"] == task["n"] and r["spoke"] is None and r["higher_is_better"] is True
         for side in ("base", "tuned"):
             lm_value = results[side]["tasks"][r["task"]]["metrics"][r["metric"]]["value"]
@@ -105,7 +108,8 @@ def test_benchmark_rows_paired_by_doc(results, task_dir):
             lo, hi = r[side]["ci"]
             assert lo <= r[side]["value"] <= hi
         assert r["delta"]["value"] == pytest.approx(r["tuned"]["value"] - r["base"]["value"])
-        assert r["gain"] == r["delta"]                       # higher is better: same sign
+        for k in ("value", "ci", "n"):                       # higher is better: same sign
+            assert r["gain"][k] == r["delta"][k]
         assert r["delta"]["ci"][0] <= r["delta"]["value"] <= r["delta"]["ci"][1]
     # items aligned by doc_id: a reordered copy of the tuned per-doc values changes nothing
     shuffled = json.loads(json.dumps(results["tuned"]))
@@ -238,3 +242,100 @@ def test_tuned_numbers_equal_lm_eval_cli_on_merged_model(tiny_run, results, task
             else:       # log-likelihoods of every choice, within float noise of the merge
                 for (a, _), (b, _) in zip(ours[d], s["filtered_resps"]):
                     assert a == pytest.approx(float(b), abs=1e-4), d
+
+
+# --- groups and directions (issue #37) ------------------------------------------------------------
+GROUP, MACRO = "mens_arith_group", "mens_arith_macro"
+
+
+@pytest.fixture(scope="module")
+def group_dir(tmp_path_factory) -> Path:
+    """Two lm-eval groups over arith_mc's documents split 12 + 8 (sizes differ, so weighting
+    matters): GROUP weights subtasks by size (as mmlu), MACRO does not (weight_by_size: false)."""
+    out = tmp_path_factory.mktemp("lm_eval_groups")
+    docs = (TASKS / "arith_mc.jsonl").read_text().splitlines()
+    text = (TASKS / "arith_mc.yaml").read_text()
+    for group, by_size in ((GROUP, "true"), (MACRO, "false")):
+        subs = [f"{group}_lo", f"{group}_hi"]
+        for name, part in zip(subs, (docs[:12], docs[12:])):
+            (out / f"{name}.jsonl").write_text("\n".join(part) + "\n")
+            (out / f"{name}.yaml").write_text(text.replace(f"task: {MC}", f"task: {name}")
+                                              .replace("test: arith_mc.jsonl",
+                                                       f"test: {out / name}.jsonl"))
+        (out / f"{group}.yaml").write_text(
+            f"group: {group}\ntask: [{', '.join(subs)}]\naggregate_metric_list:\n"
+            f"  - metric: acc\n    weight_by_size: {by_size}\nmetadata:\n  version: 2.0\n")
+    return out
+
+
+@pytest.fixture(scope="module")
+def group_results(models, group_dir):
+    from mens.config.compose import compose
+    from mens.eval.harness import run_tasks
+
+    slots, base, tuned = models
+    ev = compose([f"eval.tasks=[{GROUP},{MACRO}]", f"eval.include_path={group_dir}"]).eval
+    out = {}
+    for label, slot in (("base", base), ("tuned", tuned)):
+        with slots.activate(slot):
+            out[label] = run_tasks(slots.model, slots.tokenizer, ev, label=label, batch_size=8,
+                                   max_length=512)
+    return ev, out
+
+
+def test_a_group_is_resampled_over_its_subtasks_documents(group_results):
+    """A group row (mmlu, bbh) has an interval: paired over its subtasks' documents, its value
+    lm-eval's own aggregate — by size, or each subtask once (weight_by_size: false)."""
+    from mens.eval.harness import PAIRED, benchmark_rows
+
+    ev, res = group_results
+    rows = {r["name"]: r for r in benchmark_rows(res["base"], res["tuned"], ev)}
+    for group in (GROUP, MACRO):
+        info = res["base"]["groups"][group]
+        assert info["subtasks"] == [f"{group}_lo", f"{group}_hi"]
+        assert info["weight_by_size"] == {"acc": group == GROUP}
+        r = rows[f"{group}/acc"]
+        assert r["n"] == 20 and r["ci_method"] == PAIRED and r["version"] == "2.0"
+        for side in ("base", "tuned"):
+            lm = res[side]["groups"][group]["metrics"]["acc"]["value"]
+            assert r[side]["value"] == pytest.approx(lm, abs=1e-12), (group, side)
+            lo, hi = r[side]["ci"]
+            assert lo <= r[side]["value"] <= hi
+        lo, hi = r["gain"]["ci"]
+        assert lo <= r["gain"]["value"] <= hi and r["gain"]["n"] == 20
+    # the macro mean differs from the size-weighted one where the subtasks' rates differ
+    subs = [res["base"]["tasks"][f"{MACRO}_{x}"]["metrics"]["acc"]["value"] for x in ("lo", "hi")]
+    assert rows[f"{MACRO}/acc"]["base"]["value"] == pytest.approx(sum(subs) / 2)
+    # a subtask without per-document means: the group has no interval (the gate cannot judge)
+    broken = json.loads(json.dumps(res["tuned"]))
+    broken["tasks"][f"{GROUP}_lo"]["metrics"]["acc"]["per_doc"] = None
+    row = next(r for r in benchmark_rows(res["base"], broken, ev) if r["name"] == f"{GROUP}/acc")
+    assert row["gain"]["ci"] is None and row["gain"]["method"] is None
+
+
+def test_a_metric_without_a_direction_is_an_error_naming_it(tmp_path, task_dir):
+    """higher_is_better missing for a metric lm-eval's registry does not know: a ConfigError
+    before any weights load (not silently higher-is-better); benchmark_rows refuses one too."""
+    from mens.eval.harness import benchmark_rows, check_directions
+    from mens.eval.tasks import load_tasks
+
+    (tmp_path / "utils.py").write_text(
+        "def score(doc, results):\n    return {'closeness': 1.0}\n")
+    (tmp_path / "nodir.yaml").write_text(
+        f"task: mens_no_direction\ndataset_path: json\n"
+        f"dataset_kwargs: {{data_files: {{test: {task_dir / 'arith_mc.jsonl'}}}}}\n"
+        f"test_split: test\noutput_type: multiple_choice\n"
+        f"doc_to_text: \"{{{{question}}}}\"\ndoc_to_choice: \"{{{{choices}}}}\"\n"
+        f"doc_to_target: answer\nprocess_results: !function utils.score\n"
+        f"metric_list:\n  - metric: closeness\n    aggregation: mean\n")
+    _, loaded = load_tasks(["mens_no_direction"], str(tmp_path))
+    with pytest.raises(ConfigError) as e:
+        check_directions(loaded)
+    assert e.value.key == "eval.tasks"
+    assert "metric `closeness` of lm-eval task `mens_no_direction` has no direction" in \
+        e.value.message and "higher_is_better: true" in e.value.message
+    run = {"tasks": {"t": {"n": 2, "version": "1", "metrics": {"m": {
+        "metric": "m", "filter": "none", "value": 0.5, "higher_is_better": None,
+        "aggregation": "mean", "per_doc": {"0": 0.0, "1": 1.0}}}}}, "groups": {}}
+    with pytest.raises(ConfigError, match="metric `m` of lm-eval task `t` has no direction"):
+        benchmark_rows(run, run, _ev(task_dir))

@@ -116,9 +116,10 @@ def test_score_set_rows_and_every_verdict(loaded):
                           "vox_lang/pass@2"]
     for r in rows.values():
         assert r["group"] == "in_domain" and r["n"] == 3 and r["spoke"] == "vox_lang"
-        for part in ("base", "tuned", "delta", "gain"):
+        for part in ("base", "tuned"):
             lo, hi = r[part]["ci"]
             assert lo <= r[part]["value"] <= hi
+        assert r["gain"]["ci"] is None and r["gain"]["p"] >= 0.125    # exact: no bound on 3
     loss = rows["vox_lang/loss"]
     assert not loss["higher_is_better"] and loss["tokens"] > 0
     assert loss["tuned"]["value"] < loss["base"]["value"]           # the tiny run learned
@@ -197,3 +198,61 @@ def test_the_oracle_credits_only_the_models_own_answer():
     v = judge_batch("mesh_messages", [silent, reply])
     assert v[0].passed is False and "no ```json message" in v[0].diagnostics
     assert v[1].passed is True, v[1].diagnostics
+
+
+def test_pair_and_labeled_records_are_scored_by_their_good_answer(loaded):
+    """A DPO or KTO run's held-out pairs / labeled records (issue #37: they were dropped, so a
+    preference run gated on 0 items): scored as the chat of their prompt and chosen — or
+    desirable — answer, item for item the loss of that chat; an undesirable answer and a text
+    record are left out and counted."""
+    from mens.eval.indomain import as_chats, score_set
+
+    spec, (slots, base), (_, tuned), recs = loaded
+    chats = [r for r in recs if r["messages"][-1]["role"] == "assistant"][:4]
+    assert len(chats) == 4
+    bad = [{"role": "assistant", "content": "no."}]
+    pairs = [{"id": f"{r['id']}:p", "prompt": r["messages"][:-1], "chosen": r["messages"][-1:],
+              "rejected": bad} for r in chats[:2]]
+    good = [{"id": f"{r['id']}:l", "prompt": r["messages"][:-1],
+             "completion": r["messages"][-1:], "label": True} for r in chats[2:]]
+    undesirable = {"id": "u", "prompt": chats[0]["messages"][:-1], "completion": bad,
+                   "label": False}
+    scored, left = as_chats([*pairs, undesirable, *good, {"id": "t", "text": "plain text"}])
+    assert left == {"undesirable": 1, "text": 1}
+    assert [r["id"] for r in scored] == [f"{chats[0]['id']}:p", f"{chats[1]['id']}:p",
+                                         f"{chats[2]['id']}:l", f"{chats[3]['id']}:l"]
+    assert [r["messages"] for r in scored] == [r["messages"] for r in chats]
+    ev = _ev(k=0, bootstrap=200)
+    as_pairs = score_set(slots, base, tuned, scored, None, spec, ev, role="spoke",
+                         spoke="vox_lang", batch_size=4)
+    as_chat = score_set(slots, base, tuned, chats, None, spec, ev, role="spoke",
+                        spoke="vox_lang", batch_size=4)
+    assert as_pairs["rows"][0]["n"] == 4
+    for a, b in zip(as_pairs["items"], as_chat["items"]):
+        assert a["tuned"]["nll"] == pytest.approx(b["tuned"]["nll"]) and a["tokens"] == b["tokens"]
+
+
+def test_a_dpo_run_on_user_pairs_gates_on_its_held_out_pairs(compile_run, tmp_path):
+    """held_out_sets of a DPO spec on the user's pairs: every held-out pair, as its chosen chat."""
+    import json
+
+    from omegaconf import OmegaConf
+
+    from mens.data.select import eval_records
+    from mens.eval.run import held_out_sets
+
+    path = tmp_path / "pairs.jsonl"
+    with open(path, "w") as f:
+        for i in range(80):
+            f.write(json.dumps({"prompt": f"What is {i} times 3?", "chosen": str(3 * i),
+                                "rejected": f"{i} times 3 is {3 * i + 1}"}) + "\n")
+    spec, _ = compile_run("+hw=cpu", "lane=dpo", "data=file", f"data.path={path}",
+                          "data.collateral=none")
+    spec = OmegaConf.create(spec.config_dict())
+    _, held = eval_records(spec)["eval"]
+    assert held and all("chosen" in r for r in held)
+    [(role, name, check, recs)] = held_out_sets(spec, 64, False)
+    assert (role, name, check) == ("in_domain", "file:pairs", None)
+    assert len(recs) == len(held)
+    for r, h in zip(recs, held):
+        assert r["messages"][-1] == h["chosen"][-1] and r["messages"][:-1] == h["prompt"]

@@ -57,7 +57,8 @@ def test_both_orders_are_asked_and_position_bias_cancels(teacher_for):
     row = out["rows"][0]
     assert row["name"] == "judge/win_rate" and row["group"] == "judge" and row["n"] == 3
     assert row["counts"] == {"win": 0, "tie": 3, "loss": 0, "inconsistent": 3, "invalid": 0}
-    assert row["tuned"] == {"value": 0.5, "ci": [0.5, 0.5]} and row["gain"]["value"] == 0
+    assert row["tuned"] == {"value": 0.5, "ci": [0.5, 0.5], "n": 3, "method": "bootstrap"}
+    assert row["gain"]["value"] == 0
     assert all(p["outcome"] == "tie" and p["consistent"] is False for p in out["pairs"])
 
 
@@ -69,7 +70,11 @@ def test_a_judge_preferring_the_tuned_answer_and_its_cost(teacher_for):
         {"match": "<answer_b>tuned", "replies": [verdict("B", "B is tuned: correct")]}])
     out = judge(teacher, PROMPTS, BASE, TUNED, EV)
     row = out["rows"][0]
-    assert row["tuned"]["value"] == 1.0 and row["gain"] == {"value": 0.5, "ci": [0.5, 0.5]}
+    # three wins of three: an exact (Clopper-Pearson) interval, not the bootstrap's [1, 1]
+    from scipy.stats import binomtest
+    lo = binomtest(3, 3).proportion_ci(0.95, method="exact").low
+    assert row["tuned"] == {"value": 1.0, "ci": [lo, 1.0], "n": 3, "method": "exact"}
+    assert row["gain"] == {"value": 0.5, "ci": [lo - 0.5, 0.5]}
     assert row["counts"]["win"] == 3 and row["counts"]["inconsistent"] == 0
     for p, b, t in zip(out["pairs"], BASE, TUNED):
         assert (p["base"], p["tuned"], p["outcome"], p["consistent"]) == (b, t, "win", True)

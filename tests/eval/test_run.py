@@ -24,9 +24,14 @@ def test_a_run_is_evaluated_both_ways_with_intervals(mens_cli, tmp_path, tiny_ru
     assert set(rows) == {"vox_lang/loss", "vox_lang/greedy", "vox_lang/pass@1", "vox_lang/pass@2"}
     for r in rows.values():
         assert r["n"] == 3 and r["group"] == "in_domain" and r["check"] == "vox_parses"
-        for side in ("base", "tuned", "delta", "gain"):
+        for side in ("base", "tuned"):
             lo, hi = r[side]["ci"]
             assert lo <= r[side]["value"] <= hi, (r["name"], side, r[side])
+        # 3 items: the exact sign-flip test, which has no 95 % bound below 6 items — only its
+        # one-sided p-value of "no gain" (at least 1/8 on 3 items)
+        for side in ("delta", "gain"):
+            assert r[side]["ci"] is None and r[side]["n"] == 3 and r[side]["method"] == "exact"
+        assert 0.125 <= r["gain"]["p"] <= 1
     loss = rows["vox_lang/loss"]
     assert loss["tuned"]["value"] < loss["base"]["value"] and loss["higher_is_better"] is False
     # the gain of the loss is the share of the base's loss removed
@@ -36,6 +41,8 @@ def test_a_run_is_evaluated_both_ways_with_intervals(mens_cli, tmp_path, tiny_ru
     assert {"loglik", "generate"} == set(ev["plan"]) and ev["plan"]["generate"]["batch"] >= 1
     md = (run / "eval.md").read_text()
     assert "| in_domain | vox_lang/pass@2 (%) | 3 |" in md and md.strip() in p.stdout
+    # every verdict shows its n: 3 items are below eval.min_items (20), whatever they show
+    assert "| too few to judge: n=3 < eval.min_items=20 · p=" in md
     w = wandb_run(run)
     assert w["run"].job_type == "eval" and w["run"].display_name == "eval-run"
     assert "eval/vox_lang/loss/gain" in w["summary"]

@@ -1,6 +1,7 @@
 """Gated tiny runs shared by the gate and promotion tests (each trained and gated once).
 
-Fast tests gate the shared 10-step run on its held-out loss with a few prompts (FAST_GATE). The
+Fast tests gate the shared 10-step run on its held-out loss with a few prompts and the floor
+lowered to match (FAST_GATE). The
 slow acceptance tests use the gate's defaults — every held-out prompt up to 64, k = 4, gate.metric
 auto, min_gain, max_regression, every other spoke guarded — on adapters trained for the purpose,
 with one exception for CPU time: answers of 64 tokens, not 256 (DEFAULT_GATE). The tiny rung
@@ -13,8 +14,11 @@ import pytest
 
 from train_util import FAST_TRAIN, run_copy
 
-FAST_GATE = ["logger=csv", "gate.metric=loss", "gate.max_prompts=4", "gate.k=1",
-             "gate.max_new_tokens=16"]
+# CPU time: 6 prompts per spoke, below the default floor of 20 items (eval.min_items), which is
+# lowered to 6 here — the fewest on which the exact sign-flip test can call a gain significant
+# at 95 % (p = 1/64 when all six improve; 5 items give p >= 1/32). The receipt records it.
+FAST_GATE = ["logger=csv", "gate.metric=loss", "gate.max_prompts=6", "gate.k=1",
+             "gate.max_new_tokens=16", "eval.min_items=6"]
 DEFAULT_GATE = ["logger=csv", "gate.max_new_tokens=64"]
 # the well-trained vox_lang adapter of the acceptance: one epoch (34 steps) at lr 1e-3 — measured
 # vox_lang loss −4.9 % [−5.9, −4.1], every other spoke within 2.6 % (at the rung's 3e-3 two
@@ -59,10 +63,11 @@ def well_trained(tmp_path_factory):
 def hurt_run(tmp_path_factory):
     """A tiny adapter trained at lr 3e-2 (10× the rung's rate): every other spoke's held-out
     loss rises by tens of percent. Under the default gate's rules: it fails — on 16 prompts per
-    spoke, not 64 (CPU time: a loss that rises by tens of percent is confident on 16)."""
+    spoke, not 64, and the floor lowered to match (CPU time: a loss that rises by tens of
+    percent is confident on 16, by the exact test that decides below 20 items)."""
     run = trained(tmp_path_factory.mktemp("gate") / "hurt", *FAST_TRAIN, "train.max_steps=10",
                   "lane.optimizer.lr=3e-2")
-    return run, gate(run, *DEFAULT_GATE, "gate.max_prompts=16")
+    return run, gate(run, *DEFAULT_GATE, "gate.max_prompts=16", "eval.min_items=16")
 
 
 @pytest.fixture(scope="session")

@@ -15,9 +15,13 @@ def test_a_good_adapter_passes(good_run):
     assert on_disk == json.loads(json.dumps(receipt))            # the receipt is what returned
     assert receipt["verdict"] == "pass" and receipt["reasons"] == []
     own = receipt["in_domain"]
-    assert receipt["metric"] == "loss" and own["name"] == "vox_lang/loss" and own["n"] == 4
+    assert receipt["metric"] == "loss" and own["name"] == "vox_lang/loss" and own["n"] == 6
     lo, hi = own["gain"]["ci"]
     assert 0 < lo <= own["gain"]["value"] <= hi                  # significant: above 0
+    # 6 items: the exact interval, on a floor lowered from 20 — both recorded
+    assert own["gain"]["method"] == "exact" and own["verdict"] == "significant (n=6)"
+    assert receipt["floor"] == {"min_items": 6, "default": 20, "lowered": True}
+    assert all(r["verdict"] == "no confident loss (n=6)" for r in receipt["guards"])
     assert own["tuned"]["value"] < own["base"]["value"]
     guarded = {r["spoke"] for r in receipt["guards"]}
     assert guarded == set(spokes()) - {"vox_lang"}
@@ -25,8 +29,8 @@ def test_a_good_adapter_passes(good_run):
     assert receipt["artifact_sha256"] == artifact_sha256(run)
     assert receipt["thresholds"]["max_regression"] == 0.05
     ev = json.loads((run / "eval.json").read_text())
-    assert receipt["eval"]["spec"]["k"] == 1 and receipt["eval"]["items"]["vox_lang/loss"] == 4
-    assert ev["kind"] == "mens.eval" and len(ev["items"]["in_domain/vox_lang"]) == 4
+    assert receipt["eval"]["spec"]["k"] == 1 and receipt["eval"]["items"]["vox_lang/loss"] == 6
+    assert ev["kind"] == "mens.eval" and len(ev["items"]["in_domain/vox_lang"]) == 6
     assert [x["corpus"] for x in receipt["corpus_lock"]["vox_lang"]][0].startswith("vox_lang/")
     assert promotable(run) == (True, f"{run} passed its gate (gate.json)")
 
@@ -45,6 +49,10 @@ def test_the_gate_reuses_an_eval_that_serves_it_and_reruns_a_stale_one(good_run,
     assert stale(ev, eval_config(compose([*FAST_GATE, "gate.k=4"])), artifact_sha256(run)) \
         == "eval.json has eval.k=1, the gate needs 4"
     assert "other adapter bytes" in stale(ev, need, "0" * 64)
+    old = {**ev, "rows": [{**r, "gain": {"value": r["gain"]["value"], "ci": r["gain"]["ci"]}}
+                          for r in ev["rows"]]}                 # an eval.json from before #37
+    assert stale(old, need, artifact_sha256(run)) == \
+        "eval.json predates exact intervals for few items (its gains carry no method)"
     assert "guard task(s) arc_easy" in stale(ev, eval_config(compose(
         [*FAST_GATE, "gate.guard_tasks=[arc_easy]"])), artifact_sha256(run))
     receipt = gate(run, *FAST_GATE)

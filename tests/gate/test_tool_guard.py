@@ -28,7 +28,7 @@ def test_a_confident_regression_of_exact_calls_fails_the_gate():
     exact = row("tool_call/exact", [1] * 30 + [0] * 10, [1] * 10 + [0] * 30)   # 75 % → 25 %
     valid = row("tool_call/schema_valid", [1] * 40, [1] * 40)
     relevance = row("tool_call/relevance", [1] * 40, [0] * 40)   # reported, not guarded
-    verdict, reasons, own, guards, metric, _ = judge(result(exact, valid, relevance), G)
+    verdict, reasons, own, guards, metric, _ = judge(result(exact, valid, relevance), G, 20)
     assert metric == "loss" and own["name"] == "agent/loss"
     assert {g["metric"] for g in guards} == {"tool_call/exact", "tool_call/schema_valid"}
     assert verdict == "fail" and len(reasons) == 1
@@ -39,7 +39,7 @@ def test_a_confident_regression_of_exact_calls_fails_the_gate():
 def test_calls_that_hold_or_improve_pass_and_noise_is_not_a_regression():
     exact = row("tool_call/exact", [0] * 40, [1] * 30 + [0] * 10)
     noisy = row("tool_call/schema_valid", [1, 0] * 20, [0, 1] * 19 + [1, 0])   # same rate
-    verdict, reasons, *_ = judge(result(exact, noisy), G)
+    verdict, reasons, *_ = judge(result(exact, noisy), G, 20)
     assert verdict == "pass" and reasons == []
 
 
@@ -48,10 +48,10 @@ def test_missing_tool_rows_fail_when_the_records_use_tools():
     writes no calls): an absent guard could never fail, so its absence does."""
     r = result()
     r["tool_calls"]["skipped"] = "the chat template (x) writes no tool calls"
-    verdict, reasons, *_ = judge(r, G)
+    verdict, reasons, *_ = judge(r, G, 20)
     assert verdict == "fail" and len(reasons) == 2
     assert "tool_call/exact" in reasons[0] and "writes no tool calls" in reasons[0]
-    assert judge(result(tool_calls=False), G)[0] == "pass"     # records without tools: no guard
+    assert judge(result(tool_calls=False), G, 20)[0] == "pass"   # no tools: no guard
 
 
 def test_an_eval_from_before_the_tool_rows_is_stale():
