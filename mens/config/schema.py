@@ -440,6 +440,7 @@ class SynthConfig:
     seed: int = 0                    # sent to the teacher (endpoints that honour it) and for picks
     oracle_timeout_s: float = 10.0   # per candidate, in the oracle's child process
     oracle_memory_mb: int = 1024     # the oracle child's address-space limit
+    tools: Optional[str] = None      # a JSON/JSONL file of tool schemas: tool-using records, every call validated (jsonschema)
 
 
 @dataclass

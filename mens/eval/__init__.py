@@ -7,6 +7,7 @@ Modules:
              20 items), verdicts with a floor (eval.min_items), the unbiased pass@k
   harness  — lm-evaluation-harness over mens's own model loader (HFLM on a PeftModel / merged)
   indomain — in-domain oracle scoring: greedy + k samples per held-out prompt, every verdict kept
+  toolcalls — tool-call turns of held-out records that use tools: exact, schema-valid, relevance
   judge    — pairwise base-vs-tuned through the teacher cascade (json_schema mens_judgement)
   run      — the stage: plans, loads, runs the parts, writes eval.json / eval.md
 

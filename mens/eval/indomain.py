@@ -185,7 +185,9 @@ def score_set(slots, base_slot, tuned_slot, recs: list[dict], check: str | None,
     heads = [r["messages"][:_last_user(r)[0] + 1] for r in recs]
     answers: dict[tuple[str, str], list[list[str]]] = {}
     for m, (s, slot) in models.items():
-        prompts = [s.encode_chat(h) for h in heads]
+        # a record's tools are part of its prompt, as training rendered it (issue #38)
+        prompts = [s.encode(s.chat.prompt_text(h, r["tools"])) if r.get("tools") and s.chat
+                   else s.encode_chat(h) for h, r in zip(heads, recs)]
         stats[f"prompts_cut_{m}"] = sum(room(s, p, eval_cfg.max_new_tokens) < eval_cfg.max_new_tokens
                                    for p in prompts)
         print(f"mens eval: {spoke} · {m}: {len(prompts)} prompts × "
@@ -203,7 +205,10 @@ def score_set(slots, base_slot, tuned_slot, recs: list[dict], check: str | None,
     # --- every answer judged in ONE oracle batch (one child process for the set)
     keys = [(m, kind, i, j) for (m, kind), per in answers.items()
             for i, texts in enumerate(per) for j in range(len(texts))]
-    verdicts = judge_batch(check, [oracle_record(recs[i], heads[i], answers[m, kind][i][j], check)
+    # tool calls are read in the syntax the model writes (its template's: mens.data.tool_syntax)
+    syntax = b_slots.chat.tool_syntax if b_slots.chat is not None else "hermes"
+    verdicts = judge_batch(check, [oracle_record(recs[i], heads[i], answers[m, kind][i][j], check,
+                                                 syntax)
                                    for m, kind, i, j in keys], **(oracle or {}))
     judged: dict[tuple[str, str], list[list]] = {key: [[] for _ in recs] for key in answers}
     for (m, kind, i, j), v in zip(keys, verdicts):

@@ -82,6 +82,16 @@ def render_md(result: dict) -> str:
         lines.append(f"- {mode}: batch {p['batch']} × {p['seq_len']} tokens, peak "
                      f"{p['peak_bytes'] / 2**30:.2f} GiB of {p['budget_bytes'] / 2**30:.2f} GiB "
                      f"(analytic, uncalibrated +{p['margin']:.0%})")
+    if result.get("tool_calls"):   # issue #38: what the tool_call/* rows stand on
+        t = result["tool_calls"]
+        lines += ["", "## Tool calls", "",
+                  f"- {t['spoke']}: {t['turns']} held-out assistant turns of {t['records']} "
+                  f"records that use tools ({t['call_turns']} call tools: exact, schema_valid; "
+                  f"{t['no_call_turns']} answer without a call: relevance); calls read in "
+                  f"{t.get('syntax')} syntax; malformed answers: "
+                  + ", ".join(f"{m} {t[f'malformed_{m}']}" for m in ("base", "tuned")
+                              if f"malformed_{m}" in t)
+                  + (f"; no rows: {t['skipped']}" if t.get("skipped") else "")]
     if result.get("judge"):
         st = result["judge"].get("stats") or {}
         lines += ["", "## Judge", "", f"- {json_short(st)}"]

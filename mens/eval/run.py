@@ -116,7 +116,7 @@ def _plans(cfg, spec) -> dict:
 
 def evaluate(cfg: DictConfig, out_dir: Path) -> dict:
     """Run every part `cfg.eval` asks for; write eval.json / eval.md / eval.jsonl; return it."""
-    from mens.eval import indomain
+    from mens.eval import indomain, toolcalls
 
     ev = cfg.eval
     started = time.time()
@@ -136,7 +136,7 @@ def evaluate(cfg: DictConfig, out_dir: Path) -> dict:
     from mens.source.resolve import fetch_base
     fetch_base(spec.rung)      # a Hub base not cached here: downloaded now the eval plan fits
     slots, base, tuned = _load(run, spec, adapter)
-    rows, items, judged = [], {}, None
+    rows, items, judged, tool_stats = [], {}, None, None
     try:
         if ev.tasks:
             rows += _benchmarks(slots, base, tuned, ev, spec, ll_batch, models)
@@ -155,6 +155,13 @@ def evaluate(cfg: DictConfig, out_dir: Path) -> dict:
                 r["check"] = check
             rows += scored["rows"]
             items[f"{role}/{name}"] = scored["items"]
+            if role == "in_domain" and toolcalls.uses_tools(recs):   # issue #38: tool-call rows
+                tc = toolcalls.score_set(
+                    slots, base, tuned if tuned is not None and "tuned" in models else None, recs,
+                    spec, ev, spoke=name, batch_size=gen_batch)
+                rows += tc["rows"]
+                items[f"tool_calls/{name}"] = tc["items"]
+                tool_stats = {"spoke": name, **tc["stats"]}
         if "tuned" not in models:
             rows = [{k: v for k, v in r.items() if k not in ("tuned", "delta", "gain")}
                     for r in rows]
@@ -175,6 +182,7 @@ def evaluate(cfg: DictConfig, out_dir: Path) -> dict:
         "plan": {m: p.to_dict() for m, p in planned["plans"].items()},
         "notes": planned["notes"] + list(slots.notes), "rows": rows,
         "judge": {k: v for k, v in judged.items() if k != "rows"} if judged else None,
+        "tool_calls": tool_stats,      # the in-domain set's tool-call turns (None: it uses none)
         "created": time.time(), "duration_s": round(time.time() - started, 2)}
     write(dest, result, items)
     _log_wandb(cfg, run, dest, result)

@@ -9,7 +9,8 @@ needs (fewer prompts, another k, a guard task it did not run). Then:
     fails: unverified is not passed.
   - **guards**: no collateral metric (every other spoke's loss and greedy pass rate; each
     lm-eval task or group of `gate.guard_tasks`) may lose more than `gate.max_regression` with
-    confidence (its whole interval below −max_regression).
+    confidence (its whole interval below −max_regression); nor, when the held-out records use
+    tools, the spoke's own tool_call/exact and tool_call/schema_valid (mens.eval.toolcalls).
   - **a floor**: a gain on fewer than `eval.min_items` items (default 20) is "too few to judge":
     never significant, and the gate fails. Below 20 items the intervals are exact (a sign-flip
     test, mens.eval.stats), so a user who lowers the floor gets a verdict that holds at that n —
@@ -38,6 +39,7 @@ from mens.resources import CORPORA
 from mens.run.receipt import artifact_sha256, write_receipt
 from mens.run.rundir import RunDir
 from mens.eval.stats import confidently_below, items, significant, unjudgeable
+from mens.eval.toolcalls import is_guard as is_tool_guard, missing_guards as tool_guards_missing
 
 
 def task(cfg: DictConfig, out_dir: Path) -> int:
@@ -82,6 +84,8 @@ def stale(existing: dict | None, need: DictConfig, sha: str | None) -> str | Non
     if any(r.get("group") != "judge" and "method" not in (r.get("gain") or {"method": None})
            for r in existing.get("rows") or []):
         return "eval.json predates exact intervals for few items (its gains carry no method)"
+    if "tool_calls" not in existing:   # it cannot say whether the held-out records use tools
+        return "eval.json predates the tool-call rows (mens eval of issue #38)"
     return None
 
 
@@ -139,10 +143,11 @@ def judge(result: dict, g, min_items: int) -> tuple:
         reasons.append(f"in-domain: no `{metric}` result (gate.metric={g.metric}); the spoke "
                        f"has no oracle or eval.k is 0 — use gate.metric=loss")
     guards = [{**r, "verdict": _guard_verdict(r, g, min_items, conf, reasons)}
-              for r in rows if r["group"] == "collateral"
+              for r in rows if r["group"] == "collateral" or is_tool_guard(r)
               or (r["group"] == "benchmark" and r.get("task") in set(g.guard_tasks))]
     missing = set(g.guard_tasks) - {r.get("task") for r in guards}
     reasons += [f"guard task {t}: no result in eval.json" for t in sorted(missing)]
+    reasons += tool_guards_missing(result)
     return ("fail" if reasons else "pass"), reasons, own, guards, metric, why_metric
 
 

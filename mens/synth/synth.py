@@ -14,6 +14,9 @@ never fatal. Strategies: zero_shot; few_shot_seed (k examples: the node's seeds 
 shipped corpus); cot_distill (reasoning asked for in <think>…</think>, kept out of the trained
 answer unless synth.keep_reasoning=true — then it is the message's `reasoning_content`);
 oracle_repair (the request names the oracle the answer must pass).
+With `synth.tools=FILE` the samples are tool-using conversations (mens.synth.tool_synth): written
+in mens's structured form, every call validated against its schema; an invalid one is rejected,
+counted and quarantined (no repair turns: they rewrite a text answer).
 
 Resumable: each finished leaf is written to DIR/.synth/leaves/<leaf>.json (temp + fsync +
 rename) before anything else sees it; a rerun skips those leaves and assembles every leaf file
@@ -110,14 +113,17 @@ def _corpus(spoke) -> list[dict]:
 
 # --- one leaf ------------------------------------------------------------------------------
 class Leaf:
-    def __init__(self, cfg, teacher, leaf: Node, topic: list[str]):
+    def __init__(self, cfg, teacher, leaf: Node, topic: list[str], tools: list[dict] | None = None):
         self.cfg, self.teacher, self.leaf, self.topic = cfg, teacher, leaf, topic
+        self.tools = tools
         self.system = system_prompt(cfg.spoke)
         self.records: list[dict] = []
         self.pairs: list[dict] = []
         self.quarantine: list[dict] = []
         self.counts = {"samples": 0, "passed": 0, "unverified": 0, "repaired": 0,
                        "quarantined": 0, "invalid_replies": 0, "dropped_samples": 0}
+        if tools:
+            self.counts.update(tool_calls=0, invalid_tool_samples=0)
 
     def judge(self, responses: list[tuple[str, str]]) -> list:
         from mens.synth.oracle import judge_batch
@@ -139,13 +145,9 @@ class Leaf:
                 "teacher": {"name": reply.teacher, "model": reply.model},
                 "strategy": self.cfg.synth.strategy, "created_at": ds.now(), **kw}
 
-    def run(self) -> dict:
-        s = self.cfg.synth
-        seed = int(hashlib.sha256(f"{s.seed}/{self.leaf.id}".encode()).hexdigest()[:8], 16)
-        seeds = seed_examples(self.cfg, self.leaf, random.Random(seed)) \
-            if s.strategy in ("few_shot_seed", "oracle_repair") else []
-        reply = self.teacher.ask("mens_samples", sample_messages(self.cfg, self.leaf, self.topic,
-                                                                 seeds), seed=s.seed)
+    def _usable(self, reply) -> bool:
+        """Quarantine (counted) the samples the reply's schema check dropped; False when
+        nothing in it was usable."""
         for d in reply.dropped:
             self.counts["dropped_samples"] += 1
             self._quarantine(reply, None, [], f"teacher output invalid: {d['error']}",
@@ -154,6 +156,18 @@ class Leaf:
             self.counts["invalid_replies"] += 1
             self._quarantine(reply, None, [], "teacher output invalid: "
                              + "; ".join(reply.problems)[:2000], raw=(reply.raw or "")[:2000])
+        return reply.data is not None
+
+    def run(self) -> dict:
+        if self.tools:
+            return self.run_tools()
+        s = self.cfg.synth
+        seed = int(hashlib.sha256(f"{s.seed}/{self.leaf.id}".encode()).hexdigest()[:8], 16)
+        seeds = seed_examples(self.cfg, self.leaf, random.Random(seed)) \
+            if s.strategy in ("few_shot_seed", "oracle_repair") else []
+        reply = self.teacher.ask("mens_samples", sample_messages(self.cfg, self.leaf, self.topic,
+                                                                 seeds), seed=s.seed)
+        if not self._usable(reply):
             return self.result()
         cands = []
         for sample in reply.data["samples"][:s.per_leaf]:
@@ -167,6 +181,39 @@ class Leaf:
                 self._record(reply, prompt, response, reasoning, v, 0)
             else:
                 self._repair(reply, prompt, response, reasoning, v)
+        return self.result()
+
+    def run_tools(self) -> dict:
+        """synth.tools: tool-using conversations; a sample with an invalid call is rejected —
+        counted (invalid_tool_samples) and quarantined with every problem."""
+        from mens.synth import tool_synth as ts
+
+        s = self.cfg.synth
+        seeds = list(self.leaf.seeds[:s.seed_examples]) \
+            if s.strategy in ("few_shot_seed", "oracle_repair") else []
+        reply = self.teacher.ask("mens_tool_samples", ts.sample_messages(
+            self.cfg, self.leaf, self.topic, self.system, self.tools, seeds), seed=s.seed)
+        if not self._usable(reply):
+            return self.result()
+        judged = ts.judge(reply.data["samples"][:s.per_leaf], self.system, self.tools,
+                          timeout_s=s.oracle_timeout_s, memory_mb=s.oracle_memory_mb)
+        self.counts["samples"] += len(judged)
+        for sample, rec, passed, why, n in judged:
+            if passed is False:
+                self.counts["invalid_tool_samples"] += 1
+                self._quarantine(reply, sample["prompt"], [{
+                    "response": json.dumps(sample, ensure_ascii=False), "diagnostics": why}],
+                    "invalid tool call: " + why.replace("\n", "; ")[:2000])
+                continue
+            self.counts["passed" if passed else "unverified"] += 1
+            self.counts["tool_calls"] += n
+            self.records.append({
+                "id": record_id(rec), **rec, "rating": None, "tags": ["train_sft"],
+                "verdict": "passed" if passed else "unverified", **self.provenance(
+                    reply, oracle={"check": " + ".join(ts.CHECKS[:2 if n else 1]),
+                                   "passed": passed, "diagnostics": "" if passed else why,
+                                   "unverified_reason": None if passed else why},
+                    repair_turns=0)})
         return self.result()
 
     def _repair(self, reply, prompt, response, reasoning, first) -> None:
@@ -243,20 +290,29 @@ def synth(cfg, log=print) -> dict:
     if cfg.synth.strategy not in SYNTH_STRATEGIES:
         raise ConfigError(f"`synth.strategy={cfg.synth.strategy}` is not one of "
                           f"{', '.join(SYNTH_STRATEGIES)}.", key="synth.strategy")
+    tools = None
+    if cfg.synth.tools:   # tool-using records; their calls are the oracle's (mens.synth.tool_synth)
+        from mens.synth.tool_synth import check_strategy, load_tools
+        check_strategy(cfg.synth.strategy)
+        tools = load_tools(cfg.synth.tools)
     out = ds.dataset_dir(cfg)
     tree = open_tree(cfg, out)
     if not tree.path.is_file():
         tree.save()
     leaves = tree.leaves()
     todo = [(n, t) for n, t in leaves if not leaf_file(out, n.id).is_file()]
+    oracle = (f"every tool call against the schemas of {len(tools)} tools in synth.tools "
+              f"(jsonschema; the spoke's own check {cfg.spoke.admission.check} is not run, and a "
+              f"sample with an invalid call is quarantined: no repair turns)"
+              if tools else cfg.spoke.admission.check)
     log(f"mens data synth: {cfg.spoke.name}, {len(leaves)} leaves ({len(leaves) - len(todo)} "
-        f"done before), strategy {cfg.synth.strategy}, oracle {cfg.spoke.admission.check} → {out}")
+        f"done before), strategy {cfg.synth.strategy}, oracle {oracle} → {out}")
     ledger = Ledger()
     teacher = Teacher.from_config(cfg.teacher, ledger)
 
     def one(item):
         node, topic = item
-        result = Leaf(cfg, teacher, node, topic).run()
+        result = Leaf(cfg, teacher, node, topic, tools).run()
         ds.write_durable(leaf_file(out, node.id), json.dumps(result, ensure_ascii=False))
         return result
 

@@ -141,7 +141,7 @@ class TeacherClient:
                   "schema_violations": int(bool(checked.violations) and not checked.invalid_json),
                   "prompt_tokens": usage.prompt_tokens,
                   "completion_tokens": usage.completion_tokens}
-        if name == "mens_samples":
+        if name in ("mens_samples", "mens_tool_samples"):
             counts["samples_kept"] = len((checked.data or {}).get("samples", []))
             counts["samples_dropped"] = len(checked.dropped)
         self.ledger.add(self.endpoint.name, **counts)

@@ -2,6 +2,8 @@
 
     mens_subtopics  → {"subtopics": [string, ...]}
     mens_samples    → {"samples": [{"prompt": string, "response": string}, ...]}
+    mens_tool_samples → {"samples": [{"prompt", "steps": [{"calls": [{"name", "arguments"}],
+                        "results": [string]}], "answer"}, ...]}   (`mens data synth synth.tools=`)
     mens_repair     → {"response": string}
     mens_judgement  → {"winner": "A" | "B" | "tie", "reason": string}   (mens.eval.judge)
     mens_reward     → {"reason": string, "score": 0 | 1 | … | 10}    (mens.objective.rewards)
@@ -16,7 +18,11 @@ response_format (`schema_instruction`).
 Validation is a little stricter than the schema sent: a string must not be empty or blank (an
 empty prompt is never a sample; the strict subset has no minLength to ask for it). For
 `mens_samples` the reply is validated item by item: the valid samples are KEPT and the invalid
-ones dropped with their error — one bad sample never costs the batch.
+ones dropped with their error — one bad sample never costs the batch. `mens_tool_samples` is
+checked the same way. Its call `arguments` are a string holding a JSON object, as OpenAI's own
+tool_calls carry them: the strict subset cannot express "any object" (additionalProperties must
+be false), and whether the arguments fit the tool's schema is the synthesis oracle's to say
+(mens.synth.tool_synth), with the tool named — not this envelope's.
 """
 from __future__ import annotations
 
@@ -26,11 +32,23 @@ from dataclasses import dataclass, field
 
 from jsonschema import Draft202012Validator
 
-NAMES = ("mens_subtopics", "mens_samples", "mens_repair", "mens_judgement", "mens_reward")
+NAMES = ("mens_subtopics", "mens_samples", "mens_repair", "mens_judgement", "mens_reward",
+         "mens_tool_samples")
 
 _STR = {"type": "string"}
 SAMPLE = {"type": "object", "properties": {"prompt": _STR, "response": _STR},
           "required": ["prompt", "response"], "additionalProperties": False}
+_CALL = {"type": "object", "properties": {"name": _STR, "arguments": _STR},
+         "required": ["name", "arguments"], "additionalProperties": False}
+_STEP = {"type": "object", "properties": {"calls": {"type": "array", "items": _CALL},
+                                          "results": {"type": "array", "items": _STR}},
+         "required": ["calls", "results"], "additionalProperties": False}
+# one tool-using conversation: the request, the rounds of calls (each with one result per call,
+# in order; none when the request needs no tool) and the final answer
+TOOL_SAMPLE = {"type": "object",
+               "properties": {"prompt": _STR, "steps": {"type": "array", "items": _STEP},
+                              "answer": _STR},
+               "required": ["prompt", "steps", "answer"], "additionalProperties": False}
 SCHEMAS: dict[str, dict] = {
     "mens_subtopics": {"type": "object", "properties": {"subtopics": {"type": "array",
                                                                       "items": _STR}},
@@ -51,7 +69,12 @@ SCHEMAS: dict[str, dict] = {
                     "properties": {"reason": _STR,
                                    "score": {"type": "integer", "enum": list(range(11))}},
                     "required": ["reason", "score"], "additionalProperties": False},
+    "mens_tool_samples": {"type": "object",
+                          "properties": {"samples": {"type": "array", "items": TOOL_SAMPLE}},
+                          "required": ["samples"], "additionalProperties": False},
 }
+# the replies checked item by item: their samples' item schema
+ITEMS = {"mens_samples": SAMPLE, "mens_tool_samples": TOOL_SAMPLE}
 
 
 def _not_blank(schema):
@@ -65,7 +88,7 @@ def _not_blank(schema):
 
 
 _VALIDATORS = {n: Draft202012Validator(_not_blank(s)) for n, s in SCHEMAS.items()}
-_ITEM = Draft202012Validator(_not_blank(SAMPLE))
+_ITEM = {n: Draft202012Validator(_not_blank(s)) for n, s in ITEMS.items()}
 for _s in [*SCHEMAS.values(), SAMPLE]:
     Draft202012Validator.check_schema(_s)
 
@@ -118,22 +141,22 @@ def check(name: str, text: str | None) -> Checked:
                        violations=[f"the reply is not JSON ({e.msg} at char {e.pos})"])
     except RecursionError:
         return Checked(invalid_json=True, violations=["the reply is not JSON (nested too deep)"])
-    if name == "mens_samples":
-        return _check_samples(obj)
+    if name in ITEMS:
+        return _check_samples(obj, name)
     errors = _errors(_VALIDATORS[name], obj)
     return Checked(data=None if errors else obj, violations=errors)
 
 
-def _check_samples(obj) -> Checked:
+def _check_samples(obj, name: str = "mens_samples") -> Checked:
     """Item by item. Without a `samples` list nothing is usable; with one, each valid sample is
     kept even when others (or the envelope: an extra key) violate the schema — counted. A reply
     whose samples were all invalid has data None (so prompt mode asks once more)."""
     if not (isinstance(obj, dict) and isinstance(obj.get("samples"), list)):
-        return Checked(violations=_errors(_VALIDATORS["mens_samples"], obj))
-    violations = _errors(_VALIDATORS["mens_samples"], {**obj, "samples": []})
+        return Checked(violations=_errors(_VALIDATORS[name], obj))
+    violations = _errors(_VALIDATORS[name], {**obj, "samples": []})
     kept, dropped = [], []
     for i, item in enumerate(obj["samples"]):
-        item_errors = _errors(_ITEM, item, f"samples[{i}]")
+        item_errors = _errors(_ITEM[name], item, f"samples[{i}]")
         if item_errors:
             dropped.append({"item": item, "error": "; ".join(item_errors)})
         else:
