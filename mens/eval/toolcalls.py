@@ -38,6 +38,8 @@ from __future__ import annotations
 
 import sys
 
+from mens.data.formats import tool_calls
+
 METRICS = ("tool_call/exact", "tool_call/schema_valid", "tool_call/relevance")
 CHECK = "tool_call_schema"    # the admission oracle that judges calls (mens.synth.tool_checks)
 GUARDED = ("tool_call/exact", "tool_call/schema_valid")
@@ -50,7 +52,7 @@ def uses_tools(recs: list[dict]) -> bool:
 
 
 def _uses(rec: dict) -> bool:
-    return bool(rec.get("tools")) or any(m.get("tool_calls") for m in rec.get("messages") or [])
+    return bool(rec.get("tools")) or tool_calls(rec) > 0
 
 
 def is_guard(row: dict) -> bool:

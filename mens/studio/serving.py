@@ -101,7 +101,7 @@ class Serving:
         """One more answer from `model` to a conversation the page holds: an answer's tool
         calls, then the tool results the user typed (`tool` messages). The server checks the
         conversation (a result that answers no call is its 400, relayed)."""
-        model, messages = body.get("model"), body.get("messages")
+        model, messages = body.get("model"), body.get("messages")   # not a record: a request
         if not isinstance(model, str) or not model:
             raise Refused(400, "model: the model to ask")
         if not isinstance(messages, list) or not messages or len(json.dumps(messages)) > 64000:

@@ -123,6 +123,7 @@ BAD = [
     (["eval.confidence=1.5"], "eval.confidence"),
     (["gate.k=0"], "gate.k"),
     (["eval.max_prompts=0"], "eval.max_prompts"),
+    (["eval.min_items=0"], "eval.min_items"),
     (["eval.temperature=-1"], "eval.temperature"),
     (["eval.top_p=0"], "eval.top_p"),
     (["eval.max_new_tokens=0"], "eval.max_new_tokens"),
