@@ -137,16 +137,16 @@ def call_id(turn: int, j: int, call: dict) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:9]
 
 
-def link_results(msgs: list[dict], key: str) -> None:
+def link_results(msgs: list[dict], key: str, calls_as_text: bool = True) -> None:
     """Every tool turn answers a call of the assistant turn before it (by `tool_call_id`, else by
     `name`, else in order); it takes that call's id when it has none, and a call without an id
     gets one (call_id). Raises ToolError for a tool turn that answers no call — unless the
     record makes no structured call at all and the turn names no call id (tool use written as
-    text). Mutates msgs."""
+    text; calls_as_text=False refuses that too, as OpenAI's API does). Mutates msgs."""
     pending: list[dict] = []
     # a record with no structured call writes its calls as text in `content` (mens's corpora
     # before issue #38, many users' data): its tool turns answer those and train as text
-    structured = any(m.get("tool_calls") for m in msgs)
+    structured = not calls_as_text or any(m.get("tool_calls") for m in msgs)
     for i, m in enumerate(msgs):
         role = m["role"]
         if role == "assistant":

@@ -84,7 +84,8 @@ def messages(req: ChatRequest, system_prompt: str | None = None) -> list[dict]:
                 msg[k] = getattr(m, k)
         out.append(msg)
     try:
-        T.link_results(out, "messages")
+        T.link_results(out, "messages", calls_as_text=False)   # OpenAI's rule: a tool message
+        # answers a call of the assistant message before it
     except T.ToolError as e:
         raise ChatError(f"{e.why}.", e.key) from None
     if system_prompt and not any(m["role"] == "system" for m in out):
