@@ -123,8 +123,12 @@ class ChatTemplate(ToolTurns):
     def render_spans(self, messages, options=None, tools=None) -> Rendered:
         """The rendered chat and the character spans to supervise (see the module docstring).
         Raises DataError when the template refuses the record (e.g. roles not alternating)."""
-        msgs, note = self._fold([dict(m) for m in messages], options)
-        msgs, tools, called, tnote = self._tooled(msgs, tools)
+        # tools first: the Hermes rendering adds a system turn, which a template without a system
+        # role (Gemma 2) then gets folded like any other
+        msgs, tools, called, tnote = self._tooled([dict(m) for m in messages], tools)
+        msgs, note = self._fold(msgs, options)
+        if note:   # the system turn went into the first user turn: every later turn moved up one
+            called = {i - 1: c for i, c in called.items()}
         note = "\n".join(n for n in (note, tnote) if n) or None
         try:
             real = self.render(msgs, False, options, tools)
@@ -260,8 +264,8 @@ class ChatTemplate(ToolTurns):
         """What serving feeds the model: the same template, folding, options and tool rendering
         as training, plus the template's generation prompt (Qwen3 with enable_thinking=False:
         an empty think block, exactly the prefix its training records had before the answer)."""
-        msgs, note = self._fold([dict(m) for m in messages], options)
-        msgs, tools, _, tnote = self._tooled(msgs, tools)
+        msgs, tools, _, tnote = self._tooled([dict(m) for m in messages], tools)
+        msgs, note = self._fold(msgs, options)
         if notes is not None:
             notes.update(n for n in (note, tnote) if n)
         return self.render(msgs, True, options, tools)

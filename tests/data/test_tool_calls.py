@@ -252,3 +252,19 @@ def test_bad_tool_input_names_the_field():
         r"messages\[6\]` is a tool result that answers no call")
     bad({**SINGLE, "messages": [m[0], m[1], {**m[2], "tool_call_id": "nope"}, m[3]]},
         r"tool_call_id 'nope' matches no call")
+
+
+def test_hermes_on_a_template_without_a_system_role_folds_the_tools_turn():
+    """Gemma 2 refuses a system turn: the Hermes tools block (a system turn) is folded into the
+    first user turn like any system prompt, in training and serving alike."""
+    variables = {"bos_token": "<bos>", "eos_token": "<eos>", "pad_token": "<pad>"}
+    tokens = ["<bos>", "<eos>", "<pad>", "<start_of_turn>", "<end_of_turn>"]
+    tpl = ChatTemplate((FIXTURES / "gemma2.jinja").read_text(), variables, tokens, "gemma2",
+                       tool_format="hermes")
+    rec = read(SINGLE)
+    r = tpl.render_spans(rec["messages"], {}, rec["tools"])
+    assert r.text.startswith("<bos><start_of_turn>user\n# Tools") and r.calls == (
+        (r.spans[0][1], 1, 1),)
+    assert r.text[r.spans[0][0]:r.spans[0][1]].startswith("<tool_call>\n{\"name\": \"get_weather\"")
+    prompt = tpl.prompt_text(rec["messages"][:1], {}, None, rec["tools"])
+    assert r.text.startswith(prompt) and prompt.endswith("<start_of_turn>model\n")
