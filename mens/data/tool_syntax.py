@@ -55,10 +55,7 @@ def _call(obj, args_key: str = "arguments") -> dict | None:
         return None
     args = obj.get(args_key, obj.get("arguments", obj.get("parameters", {})))
     if isinstance(args, str):
-        try:
-            args = json.loads(args)
-        except json.JSONDecodeError:
-            return None
+        args = _json(args)
     if not isinstance(args, dict):
         return None
     out = {"type": "function", "function": {"name": obj["name"], "arguments": args}}
@@ -70,7 +67,7 @@ def _call(obj, args_key: str = "arguments") -> dict | None:
 def _json(text: str):
     try:
         return json.loads(text)
-    except json.JSONDecodeError:
+    except (ValueError, RecursionError):   # not JSON, or nested past the parser's depth
         return None
 
 

@@ -268,3 +268,9 @@ def test_hermes_on_a_template_without_a_system_role_folds_the_tools_turn():
     assert r.text[r.spans[0][0]:r.spans[0][1]].startswith("<tool_call>\n{\"name\": \"get_weather\"")
     prompt = tpl.prompt_text(rec["messages"][:1], {}, None, rec["tools"])
     assert r.text.startswith(prompt) and prompt.endswith("<start_of_turn>model\n")
+
+
+def test_a_call_nested_past_the_json_parser_is_malformed_content_not_an_error():
+    deep = "<tool_call>" + "[" * 100_000 + "</tool_call>"
+    got = parse(deep, "hermes")
+    assert got.calls == [] and got.content == deep and got.malformed
