@@ -132,7 +132,7 @@ def build_app(cfg: DictConfig, host: str, port: int, token: str | None = None):
         atomic_write(path, recipe_yaml(name, over))
         return {"path": str(path), "use": f"python -m mens +recipe={name}"}
 
-    add_jobs(app, root, procs, gate_overrides(cfg.gate))
+    add_jobs(app, root, procs, gate_overrides(cfg))
 
     add_hubs(app, cfg, root)
     add_data(app, cfg, Path(st.datasets).resolve())
@@ -264,18 +264,21 @@ def recipe_yaml(name: str, overrides: list[str]) -> str:
     return head + yaml.safe_dump(body, sort_keys=False)
 
 
-def gate_overrides(gate) -> list[str]:
+def gate_overrides(cfg) -> list[str]:
     """The studio's own `gate.*` settings that differ from the defaults, as overrides for the
-    gates it launches (`mens studio gate.max_prompts=16` gates on 16 prompts per spoke)."""
+    gates it launches (`mens studio gate.max_prompts=16` gates on 16 prompts per spoke), and its
+    `eval.min_items` — the floor below which the gate judges nothing is part of its verdict."""
     from omegaconf import OmegaConf
 
-    from mens.config.schema import GateConfig
+    from mens.config.schema import EvalConfig, GateConfig
 
     default = OmegaConf.to_container(OmegaConf.structured(GateConfig))
     out = []
-    for key, value in OmegaConf.to_container(gate).items():
+    for key, value in OmegaConf.to_container(cfg.gate).items():
         if value != default.get(key):
             shown = f"[{','.join(map(str, value))}]" if isinstance(value, list) else value
             out.append(f"gate.{key}={shown}")
+    if int(cfg.eval.min_items) != EvalConfig.min_items:
+        out.append(f"eval.min_items={int(cfg.eval.min_items)}")
     return out
 

@@ -34,11 +34,13 @@ def browser():
 def studio(tmp_path):
     """(url, runs dir) of a studio started in tmp_path; stopped (SIGINT, by its pid) after."""
     runs = tmp_path / "runs"
-    # the gates it launches: the default rules on 4 prompts, 16-token answers, no other spokes
-    # (the default gate takes ~7 min on this CPU; tests/gate runs it)
+    # the gates it launches: the default rules on 6 prompts, 16-token answers, no other spokes,
+    # judged from 6 items (eval.min_items: the least n at which the exact test can pass a gain
+    # at 95 %; the default gate takes ~7 min on this CPU; tests/gate runs it)
     proc = subprocess.Popen([sys.executable, "-m", "mens.studio", "studio.port=0",
-                             f"studio.runs={runs}", "+hw=cpu", "gate.max_prompts=4", "gate.k=1",
-                             "gate.max_new_tokens=16", "gate.collateral=false"], cwd=tmp_path,
+                             f"studio.runs={runs}", "+hw=cpu", "gate.max_prompts=6", "gate.k=1",
+                             "gate.max_new_tokens=16", "gate.collateral=false",
+                             "eval.min_items=6"], cwd=tmp_path,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     url, seen, t0 = None, [], time.time()
     while time.time() - t0 < 60 and url is None:
