@@ -318,6 +318,9 @@ class ServeConfig:
     max_header_bytes: int = 16384    # a larger request line + headers gets 431 (h11's default)
     # requests that may wait for the one model thread (beyond: 503 + Retry-After, at once)
     max_queue: int = 32
+    # POST /v1/load_lora_adapter, /v1/unload_lora_adapter (vLLM's names; mens.serve.lora_admin):
+    # off unless asked, as vLLM's VLLM_ALLOW_RUNTIME_LORA_UPDATING (the server reads given paths)
+    runtime_lora: bool = False
     admin: Optional[str] = None      # promote | rollback | aliases: ask the running server, exit
     admin_spoke: Optional[str] = None
     admin_slot: Optional[str] = None   # promote: this slot (default: the spoke's challenger)

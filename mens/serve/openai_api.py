@@ -13,8 +13,6 @@ import asyncio
 import json
 import secrets
 import threading
-import time
-import uuid
 from dataclasses import replace
 
 from fastapi import Depends, FastAPI, Request
@@ -22,24 +20,14 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.exceptions import HTTPException
 
+from mens.serve import batch, lora_admin, tool_calls
 from mens.serve import chat as chat_prompt
-from mens.serve import tool_calls
 from mens.serve.admission import Admission, Place, QueueFull
+from mens.serve.api_error import APIError, error_body
 from mens.serve.generate import GenRequest, generate
 from mens.serve.requests import (Body, ChatRequest, CompletionRequest, PromoteRequest,
                                  RollbackRequest, Sampling, unsupported, unsupported_message)
 from mens.serve.slots import PromotionRefused, Slots
-
-
-class APIError(Exception):
-    def __init__(self, status: int, message: str, param: str | None = None,
-                 code: str | None = None, type: str = "invalid_request_error"):
-        super().__init__(message)
-        self.status, self.message, self.param, self.code, self.type = status, message, param, code, type
-
-
-def error_body(message: str, type: str = "invalid_request_error", param=None, code=None) -> dict:
-    return {"error": {"message": message, "type": type, "param": param, "code": code}}
 
 
 def _refuse_unsupported(req: Body) -> None:
@@ -52,7 +40,7 @@ def _refuse_unsupported(req: Body) -> None:
 # --- the app -----------------------------------------------------------------------------------
 def build_app(slots: Slots, api_key: str | None = None, max_body_bytes: int = 1 << 20,
               default_max_tokens: int = 256, max_header_bytes: int = 16384,
-              max_queue: int = 32):
+              max_queue: int = 32, runtime_lora: bool = False):
     app = FastAPI(title="mens", docs_url=None, redoc_url=None, openapi_url=None)
     app.state.slots = slots
     admission = Admission(max_queue)
@@ -131,6 +119,13 @@ def build_app(slots: Slots, api_key: str | None = None, max_body_bytes: int = 1 
             raise APIError(400, e.message, e.param, e.code)
         gen = _gen_request(slots, req, p.ids, req.max_completion_tokens, default_max_tokens)
         gen = replace(gen, forced=p.forced)
+        if batch.wanted(req, 1):   # n, logprobs, token ids: one batch of choices (mens.serve.batch)
+            if req.top_logprobs and not req.logprobs:
+                raise APIError(400, "top_logprobs: logprobs must be true when top_logprobs is "
+                                    "set.", "top_logprobs")
+            return await batch.respond(slots, slot, [p.ids], gen, req.n or 1, admission,
+                                       batch.head(req, slot, True), True, p.reader, bool(req.logprobs),
+                                       req.top_logprobs or 0, bool(req.return_token_ids))
         return await _respond(slots, slot, req, gen, admission, chat=True, reader=p.reader)
 
     @app.post("/v1/completions", dependencies=[Depends(auth)])
@@ -138,24 +133,18 @@ def build_app(slots: Slots, api_key: str | None = None, max_body_bytes: int = 1 
         _refuse_unsupported(req)
         slot = _slot(slots, req.model)
         p = req.prompt
-        if isinstance(p, list) and len(p) == 1 and isinstance(p[0], (str, list)):
-            p = p[0]   # a batch of one
-        if isinstance(p, list) and (not p or isinstance(p[0], (str, list))):
-            raise APIError(400, "prompt: give one prompt (a string or a list of token ids); "
-                                "batches of prompts are not supported.", "prompt")
-        if isinstance(p, list):
-            vocab = len(slots.request_tokenizer)
-            if any(t < 0 or t >= vocab for t in p):
-                raise APIError(400, f"prompt: token ids must be in [0, {vocab}).", "prompt")
-            prompt = list(p)
-        else:
-            try:
-                prompt = slots.encode(p)
-            except Exception as e:  # e.g. a lone surrogate ("\ud800") that JSON allows
-                raise APIError(400, f"prompt: it cannot be tokenized: {e}", "prompt")
-        if not prompt:
-            raise APIError(400, "prompt: it is empty.", "prompt")
-        gen = _gen_request(slots, req, prompt, None, default_max_tokens)
+        many = p if isinstance(p, list) and p and isinstance(p[0], (str, list)) else [p]
+        if len(many) * (req.n or 1) > batch.MAX_ROWS:
+            raise APIError(400, f"prompt: at most {batch.MAX_ROWS} answers (prompts × n) per "
+                                f"request.", "prompt")
+        prompts = [batch.prompt_ids(slots, q) for q in many]
+        gen = _gen_request(slots, req, max(prompts, key=len), None, default_max_tokens)
+        if batch.wanted(req, len(prompts)):   # n, logprobs, a batch of prompts: mens.serve.batch
+            return await batch.respond(slots, slot, prompts, gen, req.n or 1, admission,
+                                       batch.head(req, slot, False), False, None,
+                                       req.logprobs is not None, req.logprobs or 0,
+                                       bool(req.return_token_ids))
+        prompt = prompts[0]
         return await _respond(slots, slot, req, gen, admission, chat=False)
 
     @app.get("/admin/aliases", dependencies=[Depends(auth)])
@@ -182,6 +171,7 @@ def build_app(slots: Slots, api_key: str | None = None, max_body_bytes: int = 1 
         except ValueError as e:
             raise APIError(400, str(e), "spoke")
 
+    lora_admin.add_routes(app, slots, auth, runtime_lora)
     from mens.serve.limits import Limits
     return Limits(app, max_body_bytes, max_header_bytes)
 
@@ -259,10 +249,7 @@ class _QueuedStream(StreamingResponse):
 
 async def _respond(slots: Slots, slot, req: Sampling, gen: GenRequest, admission: Admission,
                    chat: bool, reader: tool_calls.Reader | None = None):
-    rid = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"
-    created = int(time.time())
-    head = {"id": rid, "created": created, "model": req.model,
-            "system_fingerprint": f"mens-{slot.name}"}
+    head = batch.head(req, slot, chat)
     place = admission.enter()        # QueueFull → 503 with Retry-After
     if req.stream:
         return _QueuedStream(place, _sse(slots, slot, req, gen, chat, head, place, reader),

@@ -3,8 +3,8 @@
 Every field the server honours is declared with a strict type (`"max_tokens": "5"` is a 400,
 as in OpenAI's API). Nothing else is dropped silently: `unsupported` lists, for one 400 that
 names them all,
-  - fields OpenAI defines that mens does not implement (`n`, `logprobs`, the penalties, ...)
-    set to anything but their no-op value (`n: 1`, `logprobs: false`, ...);
+  - fields OpenAI defines that mens does not implement (the penalties, `logit_bias`, ...)
+    set to anything but their no-op value (`presence_penalty: 0`, ...);
   - every other field (`response_format`, `user`, `metadata`, a vendor's extension, a typo
     such as `max_token`), whatever its value but null — as OpenAI itself answers
     "Unrecognized request argument supplied".
@@ -93,14 +93,14 @@ class Sampling(Body):
     stream: Optional[StrictBool] = False
     stream_options: Optional[StreamOptions] = None
     seed: Optional[Annotated[StrictInt, Field(ge=-(2**63), lt=2**64)]] = None   # torch's range
-    n: Optional[StrictInt] = None
+    n: Optional[Annotated[StrictInt, Field(ge=1, le=64)]] = None   # choices, one batch
     presence_penalty: Optional[StrictFloat] = None
     frequency_penalty: Optional[StrictFloat] = None
     logit_bias: Optional[dict] = None
-    logprobs: Optional[Union[StrictBool, StrictInt]] = None
+    # vLLM's extension: each choice's `token_ids` (and `prompt_token_ids`): a token-exact answer
+    return_token_ids: Optional[StrictBool] = None
     no_op: ClassVar[dict[str, tuple]] = {
-        "n": (1,), "presence_penalty": (0, 0.0), "frequency_penalty": (0, 0.0),
-        "logit_bias": ({},), "logprobs": (False,)}
+        "presence_penalty": (0, 0.0), "frequency_penalty": (0, 0.0), "logit_bias": ({},)}
 
 
 AnyMessage = Annotated[Union[ToolMessage, Message], Field(discriminator="role")]
@@ -112,8 +112,8 @@ class ChatRequest(Sampling):
     tools: Optional[list] = None          # schemas: checked by mens.data.tools.normalize_tools
     tool_choice: Union[Literal["auto", "none", "required"], NamedToolChoice, None] = None
     parallel_tool_calls: Optional[StrictBool] = None
-    top_logprobs: Optional[StrictInt] = None
-    no_op: ClassVar[dict[str, tuple]] = {**Sampling.no_op, "top_logprobs": (0,)}
+    logprobs: Optional[StrictBool] = None                                 # OpenAI: a flag here
+    top_logprobs: Optional[Annotated[StrictInt, Field(ge=0, le=20)]] = None
 
 
 class CompletionRequest(Sampling):
@@ -121,6 +121,7 @@ class CompletionRequest(Sampling):
     echo: Optional[StrictBool] = None
     suffix: Optional[StrictStr] = None
     best_of: Optional[StrictInt] = None
+    logprobs: Optional[Annotated[StrictInt, Field(ge=0, le=20)]] = None  # legacy: how many top
     no_op: ClassVar[dict[str, tuple]] = {**Sampling.no_op, "echo": (False,), "suffix": ("",),
                                          "best_of": (1,)}
 
@@ -132,6 +133,15 @@ class PromoteRequest(Body):
 
 class RollbackRequest(Body):
     spoke: StrictStr
+
+
+class LoadLoraRequest(Body):        # vLLM's POST /v1/load_lora_adapter
+    lora_name: StrictStr
+    lora_path: StrictStr
+
+
+class UnloadLoraRequest(Body):      # vLLM's POST /v1/unload_lora_adapter
+    lora_name: StrictStr
 
 
 def unsupported(body: Body, at: str = "") -> list[tuple[str, str]]:

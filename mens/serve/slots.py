@@ -161,8 +161,8 @@ class Slots:
         """Load one more adapter onto the base (not while requests run: the model changes).
         The first adapter of a spoke becomes its champion, the latest its challenger."""
         from peft import PeftModel
-
-        adapter_name = f"a{len(self.slots) - 1}"   # PEFT names are module keys: no dots
+        taken = {s.adapter for s in self.slots.values()}   # an unloaded one's name is reused
+        adapter_name = next(f"a{i}" for i in range(len(self.slots)) if f"a{i}" not in taken)
         if src.name in self.slots:
             raise ConfigError(f"two adapters are named `{src.name}`: name them apart with "
                               f"`serve.adapters=['other=DIR']`.", key="serve.adapters")
