@@ -21,7 +21,8 @@ DPO_LOSSES = ("sigmoid", "hinge", "ipo")
 # objectives' torch-free facts are their cards in mens.config.objectives
 METHODS = ("lora", "qlora", "full")
 OBJECTIVES = ("sft", "dpo", "orpo", "simpo", "kto", "grpo")
-GRPO_LOSSES = ("dapo", "grpo", "bnpo", "dr_grpo")   # TRL GRPOConfig.loss_type (dapo: default)
+GRPO_LOSSES = ("dapo", "grpo", "bnpo", "dr_grpo")
+GRPO_IS_MODES = ("token_truncate", "token_mask", "sequence_truncate", "sequence_mask")  # TRL's   # TRL GRPOConfig.loss_type (dapo: default)
 GRPO_REWARDS = ("pass", "partial", "teacher")   # mens.objective.rewards.KINDS
 GRPO_SCALES = ("group", "batch", "none")         # TRL's scale_rewards
 
@@ -213,6 +214,13 @@ class GrpoConfig:
     scale_rewards: str = "group"     # group | batch | none (TRL's scale_rewards; none: Dr. GRPO)
     format_reward: float = 0.0       # weight of the format reward beside the oracle's
     oracle_timeout_s: float = 10.0   # per completion; a timeout is a failed reward
+    # local: transformers `generate` in the step; server: an OpenAI-compatible endpoint, the
+    # adapter reloaded after each optimizer step (mens.objective.rollout_server)
+    generation: str = "local"
+    server_url: Optional[str] = None  # generation=server; null: mens starts `mens serve` itself
+    # the server's log-probs correct the loss as TRL's vllm_importance_sampling_* do
+    importance_sampling_mode: str = "sequence_mask"   # token|sequence _ truncate|mask (TRL's)
+    importance_sampling_clip_max: float = 3.0          # TRL's C_max (vllm_importance_sampling_cap)
 
 
 @dataclass

@@ -16,9 +16,9 @@ from typing import Iterable
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from mens.config.explain import unknown_key_error
-from mens.config.schema import (AUTO, AUTO_INTS, DATA_FORMATS, DPO_LOSSES, GRPO_LOSSES,
-                                GRPO_REWARDS, GRPO_SCALES, METHODS, OBJECTIVES, SYNTH_STRATEGIES,
-                                TEACHER_TIERS, TRAIN_PATHS, MensConfig)
+from mens.config.schema import (AUTO, AUTO_INTS, DATA_FORMATS, DPO_LOSSES, GRPO_IS_MODES,
+                                GRPO_LOSSES, GRPO_REWARDS, GRPO_SCALES, METHODS, OBJECTIVES,
+                                SYNTH_STRATEGIES, TEACHER_TIERS, TRAIN_PATHS, MensConfig)
 from mens.errors import ConfigError
 
 
@@ -232,6 +232,7 @@ RANGES: dict[str, Range] = {
                                             "advantage"),
     "lane.grpo.max_completion_length": _count("tokens generated per completion", "64"),
     "lane.grpo.temperature": _pos("the sampling temperature", "1.0"),
+    "lane.grpo.importance_sampling_clip_max": _pos("the importance ratio's cap", "3.0"),
     "lane.grpo.beta": _nonneg("the KL weight to the reference; 0: no reference pass", "0.04"),
     "lane.grpo.epsilon": Range(lo=0, hi=1, lo_open=True, hi_open=True, example="0.2",
                                note="the clip's lower side"),
@@ -397,6 +398,8 @@ CHOICES = {
     "lane.grpo.loss_type": list(GRPO_LOSSES),
     "lane.grpo.reward": list(GRPO_REWARDS),
     "lane.grpo.scale_rewards": list(GRPO_SCALES),
+    "lane.grpo.generation": ["local", "server"],
+    "lane.grpo.importance_sampling_mode": list(GRPO_IS_MODES),
     "train.schedule": ["cosine", "linear", "constant"],
     **{f"train.{k}": ["auto", *v] for k, v in TRAIN_PATHS.items()},
     "logger.kind": ["wandb", "csv", "tensorboard", "none"],

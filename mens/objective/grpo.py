@@ -15,6 +15,7 @@ from mens.config.schema import GRPO_LOSSES as LOSS_TYPES   # one list: validatio
 from mens.config.schema import GRPO_SCALES as SCALES
 from mens.errors import ConfigError
 from mens.objective.base import Objective
+from mens.objective.rollout_server import importance
 from mens.objective.sampling import (Rollout, completion_logps, end_ids, generate,  # noqa: F401
                                      prompt_ids)
 
@@ -59,7 +60,8 @@ def group_advantages(rewards, G: int, scale: str = "group"):
 def grpo_loss(logps, old_logps, ref_logps, advantages, mask, beta: float = 0.0,
               epsilon_low: float = 0.2, epsilon_high: float | None = None,
               loss_type: str = "dapo", max_completion_length: int | None = None,
-              num_items: float | None = None, bias_correction_kl: bool = True):
+              num_items: float | None = None, bias_correction_kl: bool = True,
+              importance_weights=None):
     """The clipped surrogate of GRPO on (N, T) per-token log-probs → (loss, metrics).
 
     old_logps: the sampling policy's (None: one update per generation, = logps.detach());
@@ -70,8 +72,9 @@ def grpo_loss(logps, old_logps, ref_logps, advantages, mask, beta: float = 0.0,
     but still carries a gradient). Reduced by loss_type: grpo: each row's mean, then the batch
     mean; bnpo: over all tokens; dr_grpo: sum / (N · max_completion_length); dapo (TRL's
     default): sum / num_items, the active tokens of one accumulation window (default
-    mask.sum()). No gradient-accumulation division here (the loop owns it) and no vLLM
-    importance-sampling factor (TRL applies one only when sampling with vLLM).
+    mask.sum()). No gradient-accumulation division here (the loop owns it).
+    importance_weights: (N, T) or (N, 1), the server-sampling correction (TRL's vLLM one,
+    mens.objective.rollout_server.importance), multiplying the surrogate before the KL term.
     """
     import torch
 
@@ -87,6 +90,8 @@ def grpo_loss(logps, old_logps, ref_logps, advantages, mask, beta: float = 0.0,
     clipped = torch.clamp(ratio, 1 - epsilon_low, 1 + eps_high)
     adv = advantages.unsqueeze(1)                                         # (N, 1)
     per_token = -torch.min(ratio * adv, clipped * adv)                    # (N, T)
+    if importance_weights is not None:
+        per_token = per_token * importance_weights
     if beta != 0.0:
         d = ref_logps - logps
         kl = torch.exp(d) - d - 1                                         # (N, T) k3
@@ -159,12 +164,16 @@ class Grpo(Objective):
         self.records, self.tokenizer, self.encoder, self.ref_model = {}, None, None, None
         self.teacher = None                    # grpo.reward=teacher: built once, in bind
         self.said_truncated = False
+        self.server = None                     # generation=server: mens.objective.rollout_server
 
     def bind(self, model, tokenizer, records: list, encoder=None) -> None:
         import copy
 
         self.tokenizer, self.encoder = tokenizer, encoder
         self.records = {r["id"]: r for r in records}
+        if self.lane.grpo.generation == "server":
+            from mens.objective.rollout_server import RolloutServer
+            self.server = RolloutServer.start(self.spec, model)
         if self.lane.grpo.reward == "teacher":     # only then: other runs need no teacher
             self.teacher = reward_teacher(self.spec)
         init_adapter = getattr(self.spec.train, "init_adapter", None)
@@ -225,7 +234,8 @@ class Grpo(Objective):
         heads = [prompt_head(r) for r in recs]
         model = ctx.model
         T = int(grpo.max_completion_length)
-        roll = generate(model, self.tokenizer, heads, G, T, temperature=float(grpo.temperature),
+        sample = self.server.generate if self.server is not None else generate
+        roll = sample(model, self.tokenizer, heads, G, T, temperature=float(grpo.temperature),
                         seed=int(self.spec.train.seed) + 1000 * self.calls, encoder=self.encoder,
                         max_prompt_tokens=int(self.spec.train.seq_len) - T,
                         tools=[r.get("tools") for r in recs])
@@ -247,10 +257,12 @@ class Grpo(Objective):
         ids, mask, cmask = roll.input_ids, roll.attention_mask, roll.completion_mask
         logps = completion_logps(model, ids, mask, cmask, float(grpo.temperature))  # (N, T)
         ref = self.reference(model, ids, mask, cmask)
+        w, sampled = importance(roll, logps, cmask, grpo)     # server rollouts: TRL's correction
         loss, m = grpo_loss(logps, None, ref, adv, cmask, beta=float(grpo.beta),
                             epsilon_low=float(grpo.epsilon), epsilon_high=grpo.epsilon_high,
                             loss_type=grpo.loss_type,
-                            max_completion_length=int(grpo.max_completion_length))
+                            max_completion_length=int(grpo.max_completion_length),
+                            importance_weights=w)
         grouped = rewards.view(-1, G)
         lengths = torch.tensor(roll.lengths, dtype=torch.float32)
         numeric = {k: v for k, v in rew.metrics.items()
@@ -264,5 +276,5 @@ class Grpo(Objective):
                    # the rows' length this step (prompt width + completion width ≤ seq_len): a
                    # calibration record of grpo is measured at its longest (mens.calibrate)
                    "rows/length": torch.tensor(float(ids.shape[1])),
-                   "prompts/truncated": torch.tensor(float(roll.truncated))}
+                   "prompts/truncated": torch.tensor(float(roll.truncated)), **sampled}
         return loss, metrics
