@@ -91,6 +91,20 @@ def importance(roll, logps, mask, grpo):
     return ratio, {k: torch.as_tensor(float(v)) for k, v in stats.items()}
 
 
+def save_adapter(model, path: Path) -> None:
+    """The active adapter as PEFT saves it (adapter_config.json + adapter_model.safetensors),
+    without the model card `save_pretrained` renders each time (a third of a tiny reload)."""
+    from peft import get_peft_model_state_dict
+    from safetensors.torch import save_file
+
+    path.mkdir(parents=True)
+    name = model.active_adapter
+    state = get_peft_model_state_dict(model, adapter_name=name)
+    save_file({k: v.detach().contiguous() for k, v in state.items()},
+              str(path / "adapter_model.safetensors"), metadata={"format": "pt"})
+    model.peft_config[name].save_pretrained(str(path))
+
+
 def _stop(proc, folder: str) -> None:
     if proc is not None and proc.poll() is None:
         proc.send_signal(signal.SIGINT)
@@ -220,7 +234,7 @@ class RolloutServer:
         self.version += 1
         name = f"policy-r{self.rank}-{self.version}"
         path = self.folder / name
-        model.save_pretrained(str(path), safe_serialization=True)
+        save_adapter(model, path)
         self.post("/v1/load_lora_adapter", {"lora_name": name, "lora_path": str(path)})
         old, self.name, self.snapshot = self.name, name, snap
         if old is not None:

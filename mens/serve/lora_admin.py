@@ -33,7 +33,9 @@ from mens.serve.slots import BASE, Source
 def unload(slots, name: str) -> None:
     """Drop slot `name` and its weights (model thread)."""
     slot = slots.slots.pop(name)
-    if any(s.adapter for s in slots.slots.values()):
+    rest = [s.adapter for s in slots.slots.values() if s.adapter]
+    if rest:
+        slots.model.set_adapter(rest[0])     # not the one going: PEFT would warn and pick one
         slots.model.delete_adapter(slot.adapter)
     else:   # the last adapter: back to the plain base (a PeftModel with none would not run)
         slots.model = slots.model.unload()

@@ -1,6 +1,5 @@
-"""lane.grpo.generation=server against a real `mens serve` (issue #39): the server is the one
-the run itself starts (`python -m mens.serve` in a subprocess on 127.0.0.1, a free port), over
-a LoRA policy whose B matrices are random (so the adapter really changes the answers), and its
+"""lane.grpo.generation=server against a real mens server on 127.0.0.1 (issue #39), over a LoRA
+policy whose B matrices are random (so the adapter really changes the answers), and its
 rollouts are compared with in-process sampling (mens.objective.sampling.generate) on the same
 weights: the same tokens, and per-token log-probs whose importance ratio is 1 within 1e-3.
 After a simulated optimizer step the adapter is reloaded (timed, printed) and the server
@@ -13,31 +12,42 @@ import httpx
 import pytest
 import torch
 
-from serve_util import vox_prompts
+from serve_util import serving, vox_prompts
 
 T = 16
 
 
 @pytest.fixture(scope="module")
 def policy():
+    """The trainer's policy (the run's own model loading), a real server on 127.0.0.1 — mens's
+    app on uvicorn in a thread, over the same base — named by lane.grpo.server_url, as a user's
+    server is. (The server the run starts itself, a subprocess: the slow test beside this one.)"""
     from mens.config.compose import compose
     from mens.model.load import load_model
     from mens.objective.rollout_server import RolloutServer
     from mens.plan.spec import compile_run
+    from mens.serve.openai_api import build_app
+    from mens.serve.slots import Slots
 
-    spec, _ = compile_run(compose(["+hw=cpu", "lane=grpo", "lane.grpo.generation=server",
-                                "train.seq_len=256"]), "plan")
+    def spec_for(*more):
+        return compile_run(compose(["+hw=cpu", "lane=grpo", "train.seq_len=256", *more]),
+                           "plan")[0]
+    spec = spec_for()
     model, tok = load_model(spec)
     g = torch.Generator().manual_seed(0)
     with torch.no_grad():
         for n, p in model.named_parameters():
             if "lora_B" in n:
                 p.copy_(torch.randn(p.shape, generator=g) * 0.05)
-    server = RolloutServer.start(spec, model)
-    try:
-        yield spec, model, tok, server
-    finally:
-        server.close()
+    slots = Slots(spec.rung, [], device="cpu", dtype="fp32", seed=spec.train.seed)
+    with serving(build_app(slots, runtime_lora=True)) as url:
+        spec = spec_for("lane.grpo.generation=server", f"lane.grpo.server_url={url}")
+        server = RolloutServer.start(spec, model)
+        try:
+            yield spec, model, tok, server
+        finally:
+            server.close()
+            slots.close()
 
 
 def same_rows(a, b) -> bool:
@@ -60,7 +70,7 @@ def test_greedy_rollouts_equal_in_process_ones(policy):
     from mens.objective.sampling import generate
 
     spec, model, tok, server = policy
-    prompts = vox_prompts(6)
+    prompts = vox_prompts(4)
     theirs = server.generate(model, tok, prompts, 1, T, greedy=True)
     ours = generate(model, tok, prompts, 1, T, greedy=True)
     assert theirs.texts == ours.texts and theirs.lengths == ours.lengths
@@ -76,10 +86,10 @@ def test_sampled_group_matches_and_its_ratios_are_one(policy):
     from mens.objective.sampling import generate
 
     spec, model, tok, server = policy
-    prompts, G = vox_prompts(3), 4
+    prompts, G = vox_prompts(2), 4
     theirs = server.generate(model, tok, prompts, G, T, temperature=1.0, seed=7)
     ours = generate(model, tok, prompts, G, T, temperature=1.0, seed=7)
-    assert len(theirs.texts) == 3 * G
+    assert len(theirs.texts) == 2 * G
     # one seeded batch of the same shape on the same weights: the same draws
     assert same_rows(theirs, ours) and theirs.texts == ours.texts
     lo, hi = ratio_range(theirs, model, 1.0)
@@ -89,7 +99,7 @@ def test_sampled_group_matches_and_its_ratios_are_one(policy):
     logps = completion_logps(model, theirs.input_ids, theirs.attention_mask,
                              theirs.completion_mask, 1.0)
     w, metrics = importance(theirs, logps, theirs.completion_mask, spec.lane.grpo)
-    assert w.shape == (3 * G, 1)                      # TRL's default: sequence_mask
+    assert w.shape == (2 * G, 1)                      # TRL's default: sequence_mask
     assert (w - 1).abs().max().item() < 1e-3
     assert metrics["sampling/sampling_logp_difference/max"].item() < 1e-3
 
@@ -98,12 +108,12 @@ def test_an_optimizer_step_reloads_the_adapter(policy):
     from mens.objective.sampling import generate
 
     spec, model, tok, server = policy
-    prompts = vox_prompts(4)
+    prompts = vox_prompts(2)
     before = server.generate(model, tok, prompts, 1, T, greedy=True)
     assert math.isnan(before.reload_s)                # nothing changed: nothing reloaded
     old = server.name
     times = []
-    for step in range(3):                             # as an optimizer step moves the adapter
+    for step in range(2):                             # as an optimizer step moves the adapter
         with torch.no_grad():
             for n, p in model.named_parameters():
                 if p.requires_grad:
