@@ -37,11 +37,12 @@ def body(**kw) -> dict:
 def test_every_unimplemented_field_is_a_400_naming_them_all(url, tiny_run):
     chat = f"{url}/v1/chat/completions"
     # each alone: OpenAI fields mens does not implement, vendor extensions, typos
-    # (tools, tool_choice and parallel_tool_calls are served: tests/serve/test_tools.py)
+    # (tools, tool_choice and parallel_tool_calls are served: tests/serve/test_tools.py; n,
+    # logprobs, top_logprobs: tests/serve/test_rollout_serve.py)
     for extra in [{"response_format": {"type": "json_object"}}, {"function_call": "auto"},
                   {"user": "alice"}, {"metadata": {"a": "b"}}, {"store": False},
                   {"functions": [{"name": "f"}]}, {"max_token": 5}, {"extra_field": [1, 2]},
-                  {"n": 2}, {"logprobs": True}, {"presence_penalty": 0.5}]:
+                  {"logit_bias": {"1": 5}}, {"presence_penalty": 0.5}]:
         r = httpx.post(chat, json=body(**extra))
         (key,) = extra
         assert r.status_code == 400, (extra, r.text)
@@ -50,12 +51,12 @@ def test_every_unimplemented_field_is_a_400_naming_them_all(url, tiny_run):
             ("invalid_request_error", key, "unsupported_parameter"), err
         assert f"`{key}`" in err["message"]
     # several at once, nested ones included: one 400 that names every one of them
-    many = body(response_format={"type": "text"}, function_call="none", n=3, seed=1,
+    many = body(response_format={"type": "text"}, function_call="none", frequency_penalty=1.0, seed=1,
                 stream_options={"include_usage": True, "continuous_usage_stats": True},
                 messages=[{"role": "user", "name": "bob", "content": [
                     {"type": "text", "text": "hi", "cache_control": {"type": "ephemeral"}}]}])
     err = httpx.post(chat, json=many).json()["error"]
-    for key in ("response_format", "function_call", "n", "stream_options.continuous_usage_stats",
+    for key in ("response_format", "function_call", "frequency_penalty", "stream_options.continuous_usage_stats",
                 "messages.0.name", "messages.0.content.0.cache_control"):
         assert f"`{key}`" in err["message"], (key, err["message"])
     assert "`seed`" not in err["message"]
