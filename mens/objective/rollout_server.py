@@ -166,6 +166,10 @@ class RolloutServer:
                   "it unquantized (serve.dtype=auto): their log-probs differ, and the "
                   "importance-sampling correction accounts for it", file=sys.stderr)
         device = next(model.parameters()).device.type
+        held = sum(p.numel() * p.element_size() for p in model.parameters() if not p.requires_grad)
+        print(f"mens: note: grpo: the rollout server holds its own copy of the base "
+              f"(~{held / 2**20:.0f} MiB on {device}) beside the trainer's; the plan's memory "
+              f"does not count it", file=sys.stderr)
         log = open(folder / "serve.log", "w")
         proc = subprocess.Popen(
             [sys.executable, "-m", "mens.serve", f"run={init}", "serve.host=127.0.0.1",

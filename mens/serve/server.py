@@ -10,6 +10,10 @@ OpenAI-compatible server (FastAPI on uvicorn) over a base and its LoRA adapters 
 `/v1/models` lists `base`, each adapter under its slot name (by default its run dir's name) and
 the aliases `<spoke>:champion` / `<spoke>:challenger`. Binds 127.0.0.1:8089 by default;
 `serve.port=0` takes a free port. The URL is printed and written to <run dir>/serve.json.
+Requests may ask `n` choices (one batch), `logprobs`/`top_logprobs`, vLLM's `return_token_ids`
+and batches of token-id prompts (mens.serve.batch); with `serve.runtime_lora=true` adapters
+load and unload while serving on vLLM's /v1/load_lora_adapter, /v1/unload_lora_adapter
+(mens.serve.lora_admin) — what a GRPO run with lane.grpo.generation=server uses.
 
 A bearer key comes only from the environment: `serve.api_key_env` names the variable (the key
 itself on the command line would be saved by Hydra into .hydra/overrides.yaml; mens.cli.serve

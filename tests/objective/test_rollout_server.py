@@ -152,3 +152,29 @@ def test_importance_weights_follow_trls_modes(policy):
     assert torch.allclose(w("sequence_truncate"), torch.tensor([[e(.5)], [3.0]]))
     assert torch.allclose(w("sequence_mask"), torch.tensor([[e(.5)], [0.0]]))
     assert importance(SimpleNamespace(), logps, mask, None) == (None, {})   # in-process rollout
+
+
+def test_what_cannot_generate_through_a_server_is_refused():
+    """The full lane has no adapter to ship; a server_url where nothing answers is named."""
+    from mens.config.compose import compose
+    from mens.errors import ConfigError
+    from mens.objective.rollout_server import RolloutServer
+    from mens.plan.spec import compile_run
+    import socket
+
+    full = compile_run(compose(["+hw=cpu", "lane=grpo", "lane.method=full",
+                                "lane.grpo.generation=server"]), "plan")[0]
+    with pytest.raises(ConfigError) as e:
+        RolloutServer.start(full, model=None)
+    assert e.value.key == "lane.grpo.generation" and "lane.method=lora" in e.value.message
+    sock = socket.socket()                      # a port held, never listened on: refused
+    sock.bind(("127.0.0.1", 0))
+    try:
+        url = f"http://127.0.0.1:{sock.getsockname()[1]}"
+        spec = compile_run(compose(["+hw=cpu", "lane=grpo", "lane.grpo.generation=server",
+                                    f"lane.grpo.server_url={url}"]), "plan")[0]
+        with pytest.raises(ConfigError) as e:
+            RolloutServer.start(spec, model=None)
+        assert e.value.key == "lane.grpo.server_url" and url in e.value.message
+    finally:
+        sock.close()
