@@ -119,10 +119,10 @@ def build_app(slots: Slots, api_key: str | None = None, max_body_bytes: int = 1 
             raise APIError(400, e.message, e.param, e.code)
         gen = _gen_request(slots, req, p.ids, req.max_completion_tokens, default_max_tokens)
         gen = replace(gen, forced=p.forced)
+        if req.top_logprobs and not req.logprobs:   # as OpenAI: never ignored
+            raise APIError(400, "top_logprobs: logprobs must be true when top_logprobs is set.",
+                           "top_logprobs")
         if batch.wanted(req, 1):   # n, logprobs, token ids: one batch of choices (mens.serve.batch)
-            if req.top_logprobs and not req.logprobs:
-                raise APIError(400, "top_logprobs: logprobs must be true when top_logprobs is "
-                                    "set.", "top_logprobs")
             return await batch.respond(slots, slot, [p.ids], gen, req.n or 1, admission,
                                        batch.head(req, slot, True), True, p.reader, bool(req.logprobs),
                                        req.top_logprobs or 0, bool(req.return_token_ids))

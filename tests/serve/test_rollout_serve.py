@@ -102,6 +102,11 @@ def test_what_is_not_served_is_refused(url, body, param):
     r = httpx.post(f"{url}/v1/completions",
                    json={"model": "base", "prompt": "x", "max_tokens": 2, **body}, timeout=60)
     assert r.status_code == 400 and r.json()["error"]["param"] == param, r.text
+    if param == "stream":    # chat too, and top_logprobs without logprobs (OpenAI's rule)
+        chat = {"model": "base", "messages": [{"role": "user", "content": "x"}], "max_tokens": 2}
+        for more, name in (({"n": 2, "stream": True}, "stream"), ({"top_logprobs": 2}, "top_logprobs")):
+            r = httpx.post(f"{url}/v1/chat/completions", json={**chat, **more}, timeout=60)
+            assert r.status_code == 400 and r.json()["error"]["param"] == name, r.text
 
 
 def test_runtime_adapter_load_and_unload(url, slots, adapter):
