@@ -91,6 +91,8 @@ BAD = [
     (["lane=grpo", "lane.grpo.epsilon_high=0"], "lane.grpo.epsilon_high"),
     (["lane=grpo", "lane.grpo.format_reward=-1"], "lane.grpo.format_reward"),
     (["lane=grpo", "lane.grpo.oracle_timeout_s=0"], "lane.grpo.oracle_timeout_s"),
+    (["lane=grpo", "lane.grpo.importance_sampling_clip_max=0"],
+     "lane.grpo.importance_sampling_clip_max"),
     (["curriculum.epochs=0"], "curriculum.epochs"),
     (["curriculum.caps=[0,7,10]"], "curriculum.caps[0]"),
     (["curriculum.caps=[4,7,11]"], "curriculum.caps[2]"),
@@ -183,6 +185,8 @@ BAD = [
     (["spoke.sources.0.kind=pairs"], "spoke.sources[0].kind"),
     (["lane=grpo", "lane.grpo.loss_type=ppo"], "lane.grpo.loss_type"),
     (["lane=grpo", "lane.grpo.reward=judge"], "lane.grpo.reward"),
+    (["lane=grpo", "lane.grpo.generation=vllm"], "lane.grpo.generation"),
+    (["lane=grpo", "lane.grpo.importance_sampling_mode=token"], "lane.grpo.importance_sampling_mode"),
     (["lane.method=dpo"], "lane.method"),
     (["lane.objective=rlhf"], "lane.objective"),
     # a retired key with a value it never had
