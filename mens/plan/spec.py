@@ -21,6 +21,7 @@ from mens.plan.hardware import memory_needed, qlora_support, resolve_hw, tier_bu
 from mens.plan.memory import (GiB, min_margin, Arch, LaneModel, contract_paths,
                               load_contract, stale_note)
 from mens.plan.planner import Plan, PlanRequest, plan, ways_out
+from mens.plan import rl
 from mens.resources import CORPORA, option_names
 from mens.source.families import FAMILIES
 
@@ -190,7 +191,9 @@ def lane_model(lane, precision: str, init_adapter: str | None = None, check: str
         objective=c.name, rows_per_record=c.rows_per_record(lane), reference=ref,
         generation_tokens=int(section(lane, c.name).max_completion_length)
         if "generation" in c.memory_terms else 0,
-        reference_copy=bool(copy), oracle_mib=oracle_mib)
+        reference_copy=bool(copy), oracle_mib=oracle_mib,
+        generation_where=rl.generation_where(section(lane, c.name))
+        if "generation" in c.memory_terms else "local")
 
 
 def _margin(asked: float, notes: list[str], contract: str | None) -> float:
