@@ -150,6 +150,8 @@ def render(spec, plan: Plan, forced: bool = False, eta: dict | None = None) -> s
         con.print(line)
     for line in cost_lines(plan.cost, eta):
         con.print(line)
+    if plan.signal:
+        con.print(f"{'WARNING' if plan.signal['warn'] else 'note'}: {plan.signal['line']}")
     for note in spec.notes:
         con.print(f"note: {note}")
     for way in plan.ways_out:

@@ -77,6 +77,8 @@ class Plan:
     params_trainable: int = 0     # what trains: adapters, or every parameter
     sampling: dict | None = None  # an objective that samples (grpo): its memory by phase and
     #                               term, with formulas (mens.plan.rl.breakdown)
+    signal: dict | None = None    # grpo: the warm start's pass rate and the expected share of
+    #                               groups with one reward (mens.plan.signal)
     @property
     def fits(self) -> bool:
         return self.verdict == "fits"

@@ -313,6 +313,12 @@ def compile_run(cfg: DictConfig, purpose: str = "plan") -> tuple[RunSpec, Plan]:
             req, rungs=_smaller_rungs(cfg.rung.name, req.arch), tiers=_tier_budgets(cfg.hw),
             memory_for=lambda need: memory_needed(cfg.hw, need / GiB),
             memory_gb=cfg.hw.memory_gb))
+    if lane.objective == "grpo":   # will its groups carry a signal? (said, warned above 0.8)
+        from dataclasses import replace
+        from mens.plan.signal import signal
+        p = replace(p, signal=signal(int(lane.grpo.num_generations), str(lane.grpo.reward),
+                                     float(lane.grpo.format_reward), t.init_adapter,
+                                     cfg.spoke.name))
     t.seq_len, t.micro_batch, t.grad_accum = seq_len, p.shape.micro_batch, p.grad_accum
     t.global_batch = p.global_batch
     lane.gradient_checkpointing = p.shape.checkpointing
