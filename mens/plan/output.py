@@ -215,6 +215,13 @@ def cost_lines(cost: dict | None, eta: dict | None) -> list[str]:
         est = " — an ESTIMATE" if eta["estimate"] else ""
         out.append(f"ETA: ~{_dur(eta['hours'])} of training{split} for {eta['tokens']:,.0f} "
                    f"record tokens ({eta['tokens_how']}{est}{bound})")
+        if eta.get("oracle"):
+            o = eta["oracle"]
+            typical = (f"measured on the warm start: {o['measured']}" if o.get("measured")
+                       else "the dev host's measurement above")
+            out.append(f"  oracle: {_dur(parts['oracle'])} ({typical}); at most "
+                       f"{_dur(o['bound_hours'])} if every answer ran to its timeout "
+                       f"({o['bound_how']}): the ETA's upper end ~{_dur(o['hours_upper'])}")
     elif eta:
         out.append(f"ETA: none — {eta['why']}")
     return out
