@@ -70,14 +70,15 @@ def rollout(m, vocab: int, B: int, G: int, P: int, T: int):
 def test_generation_phase(dtype, wb, P):
     """The KV cache generate keeps, exactly; and the whole generation phase (KV cache + its
     growth + one prefill layer + the sampling logits) against generate's measured peak within
-    15 %, at a short and a long prompt (CPU's sdpa materialises the attention scores:
-    scores=True)."""
+    15 %, at a short and a long prompt (attention scores as the contract says CPU's sdpa keeps
+    them)."""
     B, G, T, V = 2, 4, 32, 4096
     m = model(V, dtype)
     measured, out = peak_bytes(lambda: rollout(m, V, B, G, P, T))
     kept = sum(layer.keys.nbytes + layer.values.nbytes for layer in out.past_key_values.layers)
     assert kept == rl.kv_cache_bytes(arch(V), B * G, P + T, wb)
-    planned = sum(rl.generation_bytes(arch(V), B * G, P + T, T, wb, scores=True).values())
+    scores = load_contract()["model"]["attn_scores_materialised"]["cpu"]
+    planned = sum(rl.generation_bytes(arch(V), B * G, P + T, T, wb, scores).values())
     assert abs(planned - measured) / measured < 0.15, (planned, measured)
 
 
@@ -185,3 +186,27 @@ def live_bytes(fn) -> int:
         fn()
     events = [e for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"]
     return sum(e.nbytes() for e in events)
+
+
+def test_generation_server_moves_the_phase_out_of_training():
+    """lane.grpo.generation=server (read with a default of local: a lane without the key
+    generates locally): the training process plans no generation phase; a server on this device
+    is its own base weights, its 16-bit adapter and the same generation phase, held all run."""
+    from dataclasses import replace
+
+    from mens.plan.memory import LaneModel, Shape, components
+
+    a = Arch(1024, 3072, 28, 16, 8, 128, 151936, True)           # Qwen3-0.6B
+    local = LaneModel("lora", "bf16", objective="grpo", rows_per_record=8, reference=True,
+                      generation_tokens=512)
+    shape = Shape(1024, 2, True, False)                        # checkpointing: small transients
+    contract = load_contract()
+    here = components(a, local, shape, "cuda", contract)
+    there = components(a, replace(local, generation_where="server"), shape, "cuda", contract)
+    gen = rl.generation_bytes(a, 16, 1024, 512, 2, scores=False)
+    assert here["generation"] > 0 and "server" not in here   # KV cache above the ckpt transients
+    assert there["generation"] == 0
+    trainable = a.lora_params(local.lora_r, local.lora_targets)
+    assert there["server"] == a.params()["total"] * 2 + trainable * 2 + sum(gen.values())
+    assert rl.generation_where({}) == "local" and rl.generation_where({"generation": "server"}) \
+        == "server"
