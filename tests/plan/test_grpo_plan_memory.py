@@ -196,14 +196,17 @@ def test_generation_server_moves_the_phase_out_of_training():
 
     from mens.plan.memory import LaneModel, Shape, components
 
-    a = Arch(1024, 3072, 28, 16, 8, 128, 151936, True)           # Qwen3-0.6B
+    # Qwen3-0.6B's widths with full multi-head attention (16 KV heads): a KV cache large enough
+    # to outgrow the step's transients under checkpointing
+    a = Arch(1024, 3072, 28, 16, 16, 128, 151936, True)
     local = LaneModel("lora", "bf16", objective="grpo", rows_per_record=8, reference=True,
-                      generation_tokens=512)
-    shape = Shape(1024, 2, True, False)                        # checkpointing: small transients
+                      generation_tokens=64)
+    # long prompts, short answers, checkpointing: the KV cache outgrows the step's transients
+    shape = Shape(4096, 2, True, False)
     contract = load_contract()
     here = components(a, local, shape, "cuda", contract)
     there = components(a, replace(local, generation_where="server"), shape, "cuda", contract)
-    gen = rl.generation_bytes(a, 16, 1024, 512, 2, scores=False)
+    gen = rl.generation_bytes(a, 16, 4096, 64, 2, scores=False)
     assert here["generation"] > 0 and "server" not in here   # KV cache above the ckpt transients
     assert there["generation"] == 0
     trainable = a.lora_params(local.lora_r, local.lora_targets)
