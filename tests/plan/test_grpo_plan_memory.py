@@ -65,14 +65,13 @@ def rollout(m, vocab: int, B: int, G: int, P: int, T: int):
                           return_dict_in_generate=True)
 
 
-@pytest.mark.parametrize("dtype,wb,P", [(torch.float32, 4, 64), (torch.float32, 4, 256),
-                                        (torch.bfloat16, 2, 64)])
+@pytest.mark.parametrize("dtype,wb,P", [(torch.float32, 4, 64), (torch.bfloat16, 2, 256)])
 def test_generation_phase(dtype, wb, P):
     """The KV cache generate keeps, exactly; and the whole generation phase (KV cache + its
     growth + one prefill layer + the sampling logits) against generate's measured peak within
     15 %, at a short and a long prompt (attention scores as the contract says CPU's sdpa keeps
     them)."""
-    B, G, T, V = 2, 4, 32, 4096
+    B, G, T, V = 2, 4, 16, 4096
     m = model(V, dtype)
     measured, out = peak_bytes(lambda: rollout(m, V, B, G, P, T))
     kept = sum(layer.keys.nbytes + layer.values.nbytes for layer in out.past_key_values.layers)

@@ -64,10 +64,10 @@ def test_a_cold_warm_start_is_warned_with_its_number_and_ways_out(tmp_path, comp
     assert "lane.grpo.num_generations=5" in s["line"]           # smallest_group(0.05, 4)
     assert "lane.grpo.reward=partial" in s["line"] and "warmer start" in s["line"]
     assert "hacking" not in s["line"]                          # pass/fail: nothing to game
-    # partial credit: the same start, hacking named
-    _, partial = compile_run("lane=grpo", "lane.grpo.reward=partial",
-                             f"train.init_adapter={adapter}")
-    assert partial.signal["warn"] and "reward hacking" in partial.signal["line"]
+    # partial credit or a format reward: the same start, hacking named
+    partial = signal(4, "partial", 0.0, str(adapter), "vox_lang")
+    assert partial["warn"] and "reward hacking" in partial["line"]
+    assert "reward hacking" in signal(4, "pass", 0.5, str(adapter), "vox_lang")["line"]
 
 
 def test_eval_pass_at_1_is_preferred_and_a_middle_rate_only_noted(tmp_path):
@@ -95,10 +95,25 @@ def test_unknown_pass_rate_is_a_note_not_a_warning(tmp_path):
 
 
 def test_the_printed_plan_and_plan_json_carry_it(tmp_path, mens_cli):
+    """One `mens plan` of grpo as a user runs it: the warning, the sampling memory's terms and
+    the oracle's bound, printed and in plan.json (all of this issue's plan lines, one process)."""
     adapter = warm_run(tmp_path, summary=oracle_summary(0.05))
     r = mens_cli("mens.plan", "+hw=h100", "+rung=0.6b", "lane=grpo", "lane.grpo.reward=pass",
-                 f"train.init_adapter={adapter}", f"hydra.run.dir={tmp_path}/p")
+                 "lane.grpo.oracle_timeout_s=5", f"train.init_adapter={adapter}",
+                 f"hydra.run.dir={tmp_path}/p")
     assert r.returncode == 0, r.stderr
-    assert "WARNING: grpo: the warm start passes 5.0%" in r.stdout
+    out = " ".join(r.stdout.split())
+    assert "WARNING: grpo: the warm start passes 5.0%" in out
     plan = json.loads((tmp_path / "p" / "plan.json").read_text())
     assert plan["signal"]["warn"] and plan["signal"]["pass_rate"] == 0.05
+    # the sampling memory, term by term (mens.plan.rl), each component in the table too
+    s = plan["sampling"]
+    assert set(s["generation_bytes"]) == {"kv_cache", "kv_growth", "prefill", "sampling_logits"}
+    assert f"KV cache {s['generation_bytes']['kv_cache'] / 2**30:.3f}" in out
+    assert "× 28 layers × K,V × 8 kv heads × 128 × 2 B" in out
+    assert "log-prob pass: logits" in out and "reference_logits" in plan["components"]
+    # the init adapter's reference is a frozen copy of the policy it starts from
+    assert "a frozen copy of the model" in s["reference"] and plan["components"]["reference_copy"] > 0
+    # the oracle's bound in the ETA
+    assert "if every answer ran to its timeout" in out
+    assert "grpo.oracle_timeout_s=5 s per micro-step" in out and "the ETA's upper end" in out
