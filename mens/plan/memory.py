@@ -303,9 +303,11 @@ def components(arch: Arch, lane: LaneModel, shape: Shape, backend: str,
     elif world > 1:   # DDP: a replica per device, and buckets holding a flat copy of the grads
         comm = trainable * tb
 
+    # grpo's log-prob head (completion_logps then the reference's, mens.plan.rl); another
+    # objective that samples scores its answer's T + 1 positions through the full logits
     head = rl.logprob_bytes(arch, b, min(lane.generation_tokens, s - 1), wb,
                             m["logits_fp32_copies"], lane.reference) \
-        if lane.generation_tokens else None
+        if lane.generation_tokens and lane.objective == "grpo" else None
     comps = {
         "weights": int(weights),
         # under autocast (16-bit runs) each fp32 trainable weight also has a 16-bit copy
@@ -321,7 +323,9 @@ def components(arch: Arch, lane: LaneModel, shape: Shape, backend: str,
         # (mens.objective.sampling.completion_logps): full logits of b·(T+1) tokens, whatever
         # train.loss says, at their backward's peak (mens.plan.rl.logprob_bytes); every other
         # objective's rows go through the run's loss path
-        "logits": head["logits"] if head else logits_bytes(arch, b * s, wb, m, paths["loss"]),
+        "logits": head["logits"] if head else
+        logits_bytes(arch, b * min(lane.generation_tokens + 1, s), wb, m, "full_logits")
+        if lane.generation_tokens else logits_bytes(arch, b * s, wb, m, paths["loss"]),
         "packing_mask": int(b * s * s * m["packing_mask_bytes"]) if masked else 0,
         "retention": int(retention),
         "overhead": int(m["overhead_gb"][backend] * GiB),

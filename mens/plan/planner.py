@@ -205,7 +205,7 @@ def _plan(req: PlanRequest) -> Plan:
     trainable = p if req.lane.kind == "full" else req.arch.lora_params(req.lane.lora_r,
                                                                         req.lane.lora_targets)
     sampling = None
-    if req.lane.generation_tokens:   # grpo: each term of its phases, named (mens.plan.rl)
+    if req.lane.generation_tokens and req.lane.objective == "grpo":   # each term, named
         m, paths = contract["model"], {**contract_paths(contract), **dict(req.paths)}
         scores = m["attn_scores_materialised"].get(req.backend, True) or \
             paths["attention"] == "eager"
