@@ -38,7 +38,8 @@ def terms_for(comps: Mapping) -> dict[str, tuple[str, ...]]:
     if "generation" in comps:
         terms["params"] = (*terms["params"], "reference_copy")
         terms["overhead"] = (*terms["overhead"], "oracle_procs")
-        terms["generation"] = ("generation",)
+        terms["generation"] = ("generation", "server")
+        terms["logits"] = (*terms["logits"], "reference_logits")   # the head's, by phase
     return terms
 
 
@@ -109,7 +110,7 @@ def record_paths(r: dict) -> dict:
 def term_columns(comps: dict[str, int]) -> dict[str, int]:
     """Components summed into the fit's terms; `communication` only where the components have
     it (several devices), so a one-device fit has exactly the terms it always had."""
-    return {t: sum(comps[c] for c in cs) for t, cs in terms_for(comps).items()}
+    return {t: sum(comps.get(c, 0) for c in cs) for t, cs in terms_for(comps).items()}
 
 
 def why_excluded(r: dict) -> str | None:

@@ -142,7 +142,8 @@ CARDS = {
                     "under no_grad; Kto.prepare scores both with the reference once"))),
     "grpo": Card("grpo", "prompts", ("chat", "pairs"),
                  lambda lane: int(section(lane, "grpo").num_generations), "when_beta", True,
-                 ("group_rows", "generation", "reference_copy", "oracle_procs"),
+                 ("group_rows", "generation", "reference_logits", "reference_copy", "server",
+                  "oracle_procs"),   # each by formula in mens.plan.rl (plan.json: sampling)
                  lambda g, ref: StepCost((g,), forward=g if ref else 0, samples=g, oracle=True,
                                          forward_what="reference forward", where=(
                      "mens/objective/grpo.py: Grpo.step samples G completions (HF generate), "

@@ -6,6 +6,8 @@ rows, reference, sampling, oracle). `mens plan` prints it, `mens cloud estimate`
 from __future__ import annotations
 
 import json
+from dataclasses import replace
+from pathlib import Path
 
 from mens.errors import ConfigError, MensError
 from mens.plan.speed import Cost
@@ -118,8 +120,75 @@ def eta(cfg, spec, plan) -> dict | None:
     except OSError as e:        # the data cannot be read to count (training will say so too)
         return {"hours": None, "why": f"the training tokens cannot be counted: {e}"}
     total, distinct, records, bound = trained(tokens, spec, plan)
+    oracle = oracle_time(cost, spec, plan)
+    if oracle and oracle.get("s") is not None:   # the warm start's measured latency replaces
+        cost = replace(cost, parts={**cost.parts, "oracle": {   # the dev host's figure
+            **cost.parts["oracle"], "s": oracle["s"], "basis": "measured on the warm start"}})
     parts = cost.part_seconds(total, distinct, records)
-    return {"hours": round(sum(parts.values()) / 3600, 6), "tokens": total,
-            "distinct_tokens": distinct, "records": records, "tokens_how": tokens["how"],
-            "estimate": tokens["estimate"], "bound": bound,
-            "hours_by_part": {k: round(v / 3600, 6) for k, v in parts.items()}}
+    out = {"hours": round(sum(parts.values()) / 3600, 6), "tokens": total,
+           "distinct_tokens": distinct, "records": records, "tokens_how": tokens["how"],
+           "estimate": tokens["estimate"], "bound": bound,
+           "hours_by_part": {k: round(v / 3600, 6) for k, v in parts.items()}}
+    if oracle:   # the worst case: every answer runs to grpo.oracle_timeout_s
+        worst = replace(cost, parts={**cost.parts, "oracle": {**cost.parts["oracle"],
+                                                              "s": oracle["bound_s"]}})
+        w = worst.part_seconds(total, distinct, records)
+        out["oracle"] = {**oracle, "bound_hours": round(w["oracle"] / 3600, 6),
+                         "hours_upper": round(sum(w.values()) / 3600, 6)}
+    return out
+
+
+def oracle_time(cost: Cost, spec, plan) -> dict | None:
+    """grpo's oracle per micro-step: what it typically takes (the dev host's measurement, or
+    the warm start's own telemetry when it was a grpo run on the same check) and its bound —
+    the micro-step's answers judged by ORACLE_WORKERS processes, each answer allowed
+    grpo.oracle_timeout_s before it is killed (mens.synth.oracle: per record)."""
+    import math
+
+    from mens.config.objectives import ORACLE_WORKERS
+    if "oracle" not in cost.parts:
+        return None
+    grpo = spec.lane.grpo
+    answers = plan.shape.micro_batch * int(grpo.num_generations)
+    timeout = float(grpo.oracle_timeout_s)
+    out = {"answers_per_micro_step": answers, "timeout_s": timeout, "workers": ORACLE_WORKERS,
+           "bound_s": math.ceil(answers / ORACLE_WORKERS) * timeout,
+           "bound_how": f"ceil({answers} answers / {ORACLE_WORKERS} oracle processes) × "
+                        f"grpo.oracle_timeout_s={timeout:g} s per micro-step" +
+                        (" (partial rewards judge each answer's pieces too: more)"
+                         if grpo.reward == "partial" else "")}
+    seen = warm_start_latency(spec.train.init_adapter, spec.spoke.admission.check)
+    if seen:
+        out.update(s=seen["s_per_answer"] * answers, measured=seen["how"])
+    return out
+
+
+def warm_start_latency(init_adapter: str | None, check: str) -> dict | None:
+    """Seconds per answer the oracle took in the warm start's own grpo steps (its
+    telemetry.jsonl TRAIN_STEP rows: oracle/seconds over oracle/answers), when it judged with the
+    same check (its spec.yaml); None otherwise."""
+    import yaml
+
+    from mens.run.rundir import RunDir
+    from mens.run.telemetry import Event
+    if not init_adapter:
+        return None
+    run = next((RunDir(d) for d in (Path(init_adapter), Path(init_adapter).parent)
+                if (d / RunDir.TELEMETRY).is_file() and (d / RunDir.SPEC).is_file()), None)
+    if run is None:
+        return None
+    try:
+        saved = yaml.safe_load(run.spec.read_text()) or {}
+        rows = run.telemetry_rows(Event.TRAIN_STEP)
+    except (OSError, ValueError, yaml.YAMLError):
+        return None
+    if ((saved.get("spoke") or {}).get("admission") or {}).get("check") != check:
+        return None
+    steps = [(r["oracle/seconds"], r["oracle/answers"]) for r in rows
+             if r.get("oracle/seconds") is not None and r.get("oracle/answers")]
+    if not steps:
+        return None
+    secs, answers = sum(s for s, _ in steps), sum(a for _, a in steps)
+    return {"s_per_answer": secs / answers, "steps": len(steps),
+            "how": f"{run.path}: {secs:.2f} s over {answers:g} answers in {len(steps)} grpo "
+                   f"steps ({check}), {secs / answers * 1e3:.1f} ms per answer"}

@@ -14,6 +14,7 @@ from typing import Mapping
 import yaml
 
 from mens.config.schema import LORA_TARGETS
+from mens.plan import rl
 from mens.source.families import DEFAULT_FAMILY, family
 from mens.resources import CONTRACT as CONTRACT_PATH
 DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
@@ -101,6 +102,9 @@ class LaneModel:
     generation_tokens: int = 0
     reference_copy: bool = False
     oracle_mib: float = 0.0
+    # where its rollouts are generated (mens.plan.rl.GENERATIONS): local (HF generate in the
+    # training process) | server (an OpenAI-compatible server on this device: its own weights)
+    generation_where: str = "local"
 
     @property
     def label(self) -> str:
@@ -299,6 +303,11 @@ def components(arch: Arch, lane: LaneModel, shape: Shape, backend: str,
     elif world > 1:   # DDP: a replica per device, and buckets holding a flat copy of the grads
         comm = trainable * tb
 
+    # grpo's log-prob head (completion_logps then the reference's, mens.plan.rl); another
+    # objective that samples scores its answer's T + 1 positions through the full logits
+    head = rl.logprob_bytes(arch, b, min(lane.generation_tokens, s - 1), wb,
+                            m["logits_fp32_copies"], lane.reference) \
+        if lane.generation_tokens and lane.objective == "grpo" else None
     comps = {
         "weights": int(weights),
         # under autocast (16-bit runs) each fp32 trainable weight also has a 16-bit copy
@@ -312,10 +321,11 @@ def components(arch: Arch, lane: LaneModel, shape: Shape, backend: str,
         "checkpoints": int(checkpoints),
         # grpo scores its completions with the whole head over the last T+1 positions
         # (mens.objective.sampling.completion_logps): full logits of b·(T+1) tokens, whatever
-        # train.loss says; every other objective's rows go through the run's loss path
-        "logits": logits_bytes(arch, b * min(lane.generation_tokens + 1, s), wb, m,
-                               "full_logits") if lane.generation_tokens else
-        logits_bytes(arch, b * s, wb, m, paths["loss"]),
+        # train.loss says, at their backward's peak (mens.plan.rl.logprob_bytes); every other
+        # objective's rows go through the run's loss path
+        "logits": head["logits"] if head else
+        logits_bytes(arch, b * min(lane.generation_tokens + 1, s), wb, m, "full_logits")
+        if lane.generation_tokens else logits_bytes(arch, b * s, wb, m, paths["loss"]),
         "packing_mask": int(b * s * s * m["packing_mask_bytes"]) if masked else 0,
         "retention": int(retention),
         "overhead": int(m["overhead_gb"][backend] * GiB),
@@ -323,31 +333,40 @@ def components(arch: Arch, lane: LaneModel, shape: Shape, backend: str,
     if world > 1:
         comps["communication"] = int(comm)
     if lane.generation_tokens or lane.reference_copy or lane.oracle_mib:
-        comps.update(sampling(arch, lane, b, s, wb, backend, comps, reference_copy))
+        scores = m["attn_scores_materialised"].get(backend, True) or paths["attention"] == "eager"
+        comps.update(sampling(arch, lane, b, s, wb, backend, comps, reference_copy, scores,
+                              p["total"] * wb, trainable))
+        if head:
+            comps["reference_logits"] = int(head["reference_logits"])
     return comps
 
 
 def sampling(arch: Arch, lane: LaneModel, rows: int, s: int, wb: int, backend: str,
-             step: Mapping[str, int], reference_copy: int) -> dict[str, int]:
-    """What an objective that samples in its step (grpo) adds.
+             step: Mapping[str, int], reference_copy: int, scores: bool = True,
+             base_bytes: int = 0, trainable: int = 0) -> dict[str, int]:
+    """What an objective that samples in its step (grpo) adds (mens.plan.rl names each term).
 
     generation: HF generate (no grad) holds the KV cache of every row — rows = prompts ×
     num_generations, each at most seq_len = prompt + max_completion (the prompt is cut to fit) —
-    and the last position's fp32 logits and sampling probabilities. It runs before the step's
-    forward, so it adds only what exceeds the step's own transients (activations, checkpoints,
-    logits, mask), which are not yet allocated while it runs; the reference forward (adapters
-    off, no grad) keeps one layer's transients and the completion log-probs: less than the
-    policy's forward it precedes, so not a term of its own.
+    one prefill layer's transients and each decode step's sampling logits. It runs before the
+    step's forward, so it adds only what exceeds the step's own transients (activations,
+    checkpoints, logits, mask), which are not yet allocated while it runs. With
+    generation=server it is the server's: `server` counts the server on this device (its own
+    base weights and adapter, and the same generation phase, held for the whole run).
     reference_copy: a frozen deepcopy of the model (full, or a run from an init adapter).
     oracle_procs: the oracle's child processes run beside training — host memory, counted where
     host memory is the budget (cpu)."""
-    kv = rows * s * arch.layers * 2 * arch.kv_heads * arch.head_dim * wb
-    probs = rows * arch.vocab * 4 * 2
+    gen = rl.generation_bytes(arch, rows, s, lane.generation_tokens, wb, scores) \
+        if lane.generation_tokens else {}
     transients = sum(step[k] for k in ("activations", "large_activations", "checkpoints",
                                        "logits", "packing_mask"))
-    return {"generation": int(max(0, kv + probs - transients)) if lane.generation_tokens else 0,
-            "reference_copy": int(reference_copy),
-            "oracle_procs": int(lane.oracle_mib * 2**20) if backend == "cpu" else 0}
+    server = lane.generation_where == "server"
+    out = {"generation": 0 if server else int(max(0, sum(gen.values()) - transients)),
+           "reference_copy": int(reference_copy),
+           "oracle_procs": int(lane.oracle_mib * 2**20) if backend == "cpu" else 0}
+    if server and gen:
+        out["server"] = rl.server_bytes(base_bytes, trainable, gen)
+    return out
 
 
 def sharded(arch: Arch, weights: int, trainable: int, largest: int, world: int,

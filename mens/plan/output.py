@@ -29,7 +29,9 @@ WHAT = {
     "retention": "freed memory the allocator keeps (CPU heap)",
     "overhead": "runtime overhead",
     "communication": "ddp gradient buckets / fsdp2 gathered layers + root (per device)",
-    "generation": "sampling's KV cache beyond the step's transients (grpo)",
+    "generation": "sampling's phase (KV cache …) beyond the step's transients (grpo)",
+    "reference_logits": "the reference's logits beside the policy's kept log-probs (grpo)",
+    "server": "generation server on this device: its weights + KV cache (grpo)",
     "reference_copy": "frozen copy of the model: the in-step reference (grpo)",
     "oracle_procs": "oracle child processes beside training (host memory)",
 }
@@ -144,13 +146,44 @@ def render(spec, plan: Plan, forced: bool = False, eta: dict | None = None) -> s
         devices = f" over {plan.world_size} devices" if plan.world_size > 1 else ""
         con.print(f"throughput estimate: ~{plan.speed['tokens_per_s']:,.0f} tokens/s through "
                   f"training rows{devices} ({plan.speed['how']})")
+    for line in sampling_lines(plan.sampling):
+        con.print(line)
     for line in cost_lines(plan.cost, eta):
         con.print(line)
+    if plan.signal:
+        con.print(f"{'WARNING' if plan.signal['warn'] else 'note'}: {plan.signal['line']}")
     for note in spec.notes:
         con.print(f"note: {note}")
     for way in plan.ways_out:
         con.print(f"way out: {way}")
     return buf.getvalue().rstrip()
+
+
+def sampling_lines(d: dict | None) -> list[str]:
+    """An objective that samples (grpo): its memory phase by phase, each term with its formula
+    (plan.json's `sampling`, mens.plan.rl.breakdown)."""
+    if not d:
+        return []
+    g, lp = d["generation_bytes"], d["logprob"]
+    peak = d["generation_peak_bytes"]
+    if d["generation"] == "server":
+        where = (f"in the generation server (lane.grpo.generation=server), counted as `server` "
+                 f"{d['server_bytes'] / GiB:.3f} GiB on this device with its own base weights — "
+                 f"a server on another machine costs this one nothing")
+    else:
+        where = ("SETS THE PEAK: above the training transients " if d["generation_sets_peak"]
+                 else "below the training transients ") + \
+            f"({d['training_transients_bytes'] / GiB:.3f} GiB) it precedes"
+    return [
+        f"sampling memory ({d['rows']} rows = micro_batch × G {d['group']}, prompt ≤ "
+        f"{d['prompt_tokens']} + completion {d['completion_tokens']} tokens):",
+        f"  generation {peak / GiB:.3f} GiB: KV cache {g['kv_cache'] / GiB:.3f} "
+        f"({d['formulas']['kv_cache']}) + its growth {g['kv_growth'] / GiB:.3f} + prefill "
+        f"{g['prefill'] / GiB:.3f} + sampling logits {g['sampling_logits'] / GiB:.3f}; {where}",
+        f"  log-prob pass: logits {lp['logits_bytes'] / GiB:.3f} GiB ({d['formulas']['logits']})",
+        f"  reference: {d['reference']}" + (
+            f"; its logits add {lp['reference_logits_bytes'] / GiB:.3f} GiB "
+            f"({d['formulas']['reference_logits']})" if lp["reference_logits_bytes"] else "")]
 
 
 PART = {"policy": "policy rows", "step_forward": "forwards without grad",
@@ -182,6 +215,13 @@ def cost_lines(cost: dict | None, eta: dict | None) -> list[str]:
         est = " — an ESTIMATE" if eta["estimate"] else ""
         out.append(f"ETA: ~{_dur(eta['hours'])} of training{split} for {eta['tokens']:,.0f} "
                    f"record tokens ({eta['tokens_how']}{est}{bound})")
+        if eta.get("oracle"):
+            o = eta["oracle"]
+            typical = (f"measured on the warm start: {o['measured']}" if o.get("measured")
+                       else "the dev host's measurement above")
+            out.append(f"  oracle: {_dur(parts['oracle'])} ({typical}); at most "
+                       f"{_dur(o['bound_hours'])} if every answer ran to its timeout "
+                       f"({o['bound_how']}): the ETA's upper end ~{_dur(o['hours_upper'])}")
     elif eta:
         out.append(f"ETA: none — {eta['why']}")
     return out

@@ -12,8 +12,9 @@ from typing import Mapping
 
 from mens.config.objectives import card
 from mens.errors import ConfigError
-from mens.plan.memory import (GiB, Arch, LaneModel, Shape, cell_key, components, contract_paths,
+from mens.plan.memory import (DTYPE_BYTES, GiB, Arch, LaneModel, Shape, cell_key, components, contract_paths,
                               load_contract, min_margin, predict, usable_cell)
+from mens.plan.rl import breakdown as rl_breakdown
 from mens.plan.speed import estimate as estimate_speed, objective_cost
 
 
@@ -74,6 +75,10 @@ class Plan:
     cost: dict | None = None      # mens.plan.speed.Cost.to_dict(): what the objective spends
     params_total: int = 0         # the model's exact parameter count
     params_trainable: int = 0     # what trains: adapters, or every parameter
+    sampling: dict | None = None  # an objective that samples (grpo): its memory by phase and
+    #                               term, with formulas (mens.plan.rl.breakdown)
+    signal: dict | None = None    # grpo: the warm start's pass rate and the expected share of
+    #                               groups with one reward (mens.plan.signal)
     @property
     def fits(self) -> bool:
         return self.verdict == "fits"
@@ -199,6 +204,14 @@ def _plan(req: PlanRequest) -> Plan:
     p = req.arch.params()["total"]
     trainable = p if req.lane.kind == "full" else req.arch.lora_params(req.lane.lora_r,
                                                                         req.lane.lora_targets)
+    sampling = None
+    if req.lane.generation_tokens and req.lane.objective == "grpo":   # each term, named
+        m, paths = contract["model"], {**contract_paths(contract), **dict(req.paths)}
+        scores = m["attn_scores_materialised"].get(req.backend, True) or \
+            paths["attention"] == "eager"
+        sampling = rl_breakdown(req.arch, req.lane, shape.micro_batch, shape.seq_len,
+                                pred["components"], m["logits_fp32_copies"], scores,
+                                DTYPE_BYTES[req.lane.precision])
     return Plan(
         verdict="fits" if chosen else "refuses", shape=shape, grad_accum=accum,
         global_batch=shape.micro_batch * accum * req.world_size, cell=pred["cell"],
@@ -209,7 +222,7 @@ def _plan(req: PlanRequest) -> Plan:
         fitted=pred.get("fitted", False), world_size=req.world_size,
         external=pred.get("external", False), sources=tuple(pred.get("sources") or ()),
         speed=speed.to_dict() if speed else None, cost=cost.to_dict() if cost else None,
-        params_total=p, params_trainable=trainable)
+        params_total=p, params_trainable=trainable, sampling=sampling)
 
 
 def ways_out(req: PlanRequest, *, rungs: Mapping[str, Arch] = {},

@@ -21,6 +21,7 @@ from mens.plan.hardware import memory_needed, qlora_support, resolve_hw, tier_bu
 from mens.plan.memory import (GiB, min_margin, Arch, LaneModel, contract_paths,
                               load_contract, stale_note)
 from mens.plan.planner import Plan, PlanRequest, plan, ways_out
+from mens.plan import rl
 from mens.resources import CORPORA, option_names
 from mens.source.families import FAMILIES
 
@@ -190,7 +191,9 @@ def lane_model(lane, precision: str, init_adapter: str | None = None, check: str
         objective=c.name, rows_per_record=c.rows_per_record(lane), reference=ref,
         generation_tokens=int(section(lane, c.name).max_completion_length)
         if "generation" in c.memory_terms else 0,
-        reference_copy=bool(copy), oracle_mib=oracle_mib)
+        reference_copy=bool(copy), oracle_mib=oracle_mib,
+        generation_where=rl.generation_where(section(lane, c.name))
+        if "generation" in c.memory_terms else "local")
 
 
 def _margin(asked: float, notes: list[str], contract: str | None) -> float:
@@ -310,6 +313,12 @@ def compile_run(cfg: DictConfig, purpose: str = "plan") -> tuple[RunSpec, Plan]:
             req, rungs=_smaller_rungs(cfg.rung.name, req.arch), tiers=_tier_budgets(cfg.hw),
             memory_for=lambda need: memory_needed(cfg.hw, need / GiB),
             memory_gb=cfg.hw.memory_gb))
+    if lane.objective == "grpo":   # will its groups carry a signal? (said, warned above 0.8)
+        from dataclasses import replace
+        from mens.plan.signal import signal
+        p = replace(p, signal=signal(int(lane.grpo.num_generations), str(lane.grpo.reward),
+                                     float(lane.grpo.format_reward), t.init_adapter,
+                                     cfg.spoke.name))
     t.seq_len, t.micro_batch, t.grad_accum = seq_len, p.shape.micro_batch, p.grad_accum
     t.global_batch = p.global_batch
     lane.gradient_checkpointing = p.shape.checkpointing

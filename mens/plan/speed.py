@@ -318,6 +318,11 @@ def objective_cost(arch: Arch, lane: LaneModel, shape: Shape, tflops: float | No
                        f"bandwidth each step")
         assumed.append(f"sampling planned at seq_len {S}: prompts of up to {S - T} tokens, every "
                        f"completion run to max_completion_length {T} (an upper bound)")
+        if lane.generation_where == "server":
+            assumed.append("lane.grpo.generation=server: decoding timed as in-process generate "
+                           "(mens serve runs the same transformers generate; a vLLM server "
+                           "decodes faster — unmeasured), the adapter's reload per step not "
+                           "counted")
         if oracle:
             measured.append(f"oracle: {ORACLE_S_PER_CALL:g} s per micro-batch ({ORACLE_SOURCE})")
         else:
