@@ -9,8 +9,9 @@ adapter travels between them.
     lane.grpo.server_url=http://…  a server the user runs — `mens serve serve.runtime_lora=true`,
                                    or vLLM (`vllm serve BASE --enable-lora`, with
                                    VLLM_ALLOW_RUNTIME_LORA_UPDATING=True and vLLM ≥ 0.10.2 for
-                                   `return_token_ids`) on the same base, able to read this
-                                   machine's paths. vllm is not installable here (no CUDA): mens
+                                   `return_token_ids`; `--logprobs-mode processed_logprobs`,
+                                   as TRL asks, or ratios at temperature ≠ 1 are biased) on the
+                                   same base, able to read this machine's paths. vllm is not installable here (no CUDA): mens
                                    is tested against `mens serve` only.
 
 Each step: if the trainable weights changed since the server last got them (an optimizer step
@@ -168,8 +169,8 @@ class RolloutServer:
         device = next(model.parameters()).device.type
         held = sum(p.numel() * p.element_size() for p in model.parameters() if not p.requires_grad)
         print(f"mens: note: grpo: the rollout server holds its own copy of the base "
-              f"(~{held / 2**20:.0f} MiB on {device}) beside the trainer's; the plan's memory "
-              f"does not count it", file=sys.stderr)
+              f"(~{held / 2**20:.0f} MiB on {device}) beside the trainer's (planned: plan.json "
+              f"sampling.server_bytes)", file=sys.stderr)
         log = open(folder / "serve.log", "w")
         proc = subprocess.Popen(
             [sys.executable, "-m", "mens.serve", f"run={init}", "serve.host=127.0.0.1",
