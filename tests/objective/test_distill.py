@@ -1,0 +1,84 @@
+"""On-policy distillation's loss against TRL's own GKDTrainer.generalized_jsd_loss (the installed
+TRL; it ships GKD under trl.experimental.gkd): the same random logits, labels masked with
+−100, β in {0, 0.5, 1} (forward KL, the JSD, reverse KL), a temperature ≠ 1 — value and the
+gradient with respect to the student's logits within 1e-5. And the config: lane=distill
+composes with TRL's defaults, a missing or unknown teacher is a ConfigError naming the key."""
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+from mens.objective.distill import generalized_jsd_loss
+
+TOL = 1e-5
+TEMPERATURE = 2.0          # ≠ 1, so the logits' division by it is checked too
+
+
+@pytest.fixture(scope="module")
+def trl_jsd():
+    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+    try:
+        from trl.experimental.gkd import GKDTrainer
+    except ImportError as e:           # TRL without GKD: nothing to compare with
+        pytest.skip(f"the installed TRL has no GKDTrainer ({e})")
+    return GKDTrainer.generalized_jsd_loss
+
+
+def logits(seed: int):
+    g = torch.Generator().manual_seed(seed)
+    s = torch.randn(3, 7, 50, generator=g, dtype=torch.float64) * 3
+    t = torch.randn(3, 7, 50, generator=g, dtype=torch.float64) * 3
+    labels = torch.randint(0, 50, (3, 7), generator=g)
+    labels[0, :3] = -100               # a prompt
+    labels[2, 5:] = -100               # padding after an answer
+    return s, t, labels
+
+
+def both(fn, s, t, labels, **kw):
+    s = s.clone().requires_grad_(True)
+    loss = fn(s, t, labels, **kw)
+    loss.backward()
+    return loss.detach(), s.grad
+
+
+@pytest.mark.parametrize("beta", [0.0, 0.5, 1.0])
+@pytest.mark.parametrize("extra", [{}, {"num_items_in_batch": 40}], ids=["batchmean", "items"])
+def test_loss_and_gradient_equal_trls(trl_jsd, beta, extra):
+    s, t, labels = logits(int(beta * 10))
+    kw = {"beta": beta, "temperature": TEMPERATURE, **extra}
+    mine, my_grad = both(generalized_jsd_loss, s, t, labels, **kw)
+    theirs, their_grad = both(trl_jsd, s, t, labels, **kw)
+    assert mine.item() > 0
+    assert abs(mine.item() - theirs.item()) <= TOL * max(1.0, abs(theirs.item()))
+    assert (my_grad - their_grad).abs().max().item() <= TOL
+    assert my_grad[0, :3].abs().max().item() == 0      # masked positions get no gradient
+
+
+def test_the_comparison_tells_the_betas_and_the_mask_apart(trl_jsd):
+    """The check above can fail: reverse and forward KL differ on these logits, and so does
+    the loss with the mask ignored."""
+    s, t, labels = logits(0)
+    fwd = trl_jsd(s, t, labels, beta=0.0, temperature=TEMPERATURE)
+    assert abs(generalized_jsd_loss(s, t, labels, beta=1.0, temperature=TEMPERATURE) - fwd) > 1e-3
+    assert abs(generalized_jsd_loss(s, t, None, beta=0.0, temperature=TEMPERATURE) - fwd) > 1e-3
+    assert abs(generalized_jsd_loss(s, t, labels, beta=0.0) - fwd) > 1e-3     # temperature 1
+
+
+def test_lane_distill_composes_with_trls_defaults(compose):
+    lane = compose(["lane=distill", "lane.distill.teacher=tiny"]).lane
+    d = lane.distill
+    assert (lane.objective, d.beta, d.lmbda, d.temperature, d.seq_kd,
+            d.max_completion_length) == ("distill", 0.5, 0.5, 0.9, False, 128)
+
+
+@pytest.mark.parametrize("override", [[], ["lane.distill.teacher=no_such_rung"],
+                                      ["lane.distill.teacher=tiny", "lane.distill.beta=1.5"],
+                                      ["lane.distill.teacher=tiny", "lane.distill.lmbda=-0.1"]])
+def test_bad_distill_keys_are_config_errors(compose, override):
+    from mens.errors import ConfigError
+
+    with pytest.raises(ConfigError) as e:
+        compose(["lane=distill", *override])
+    assert e.value.key.startswith("lane.distill.")
