@@ -32,6 +32,7 @@ WHAT = {
     "generation": "sampling's KV cache beyond the step's transients (grpo)",
     "reference_copy": "frozen copy of the model: the in-step reference (grpo)",
     "oracle_procs": "oracle child processes beside training (host memory)",
+    "teacher": "distill teacher: weights, forward logits, the JSD's tensors",
 }
 
 

@@ -190,7 +190,36 @@ def lane_model(lane, precision: str, init_adapter: str | None = None, check: str
         objective=c.name, rows_per_record=c.rows_per_record(lane), reference=ref,
         generation_tokens=int(section(lane, c.name).max_completion_length)
         if "generation" in c.memory_terms else 0,
-        reference_copy=bool(copy), oracle_mib=oracle_mib)
+        reference_copy=bool(copy), oracle_mib=oracle_mib,
+        **(distill_terms(lane) if "teacher" in c.memory_terms else {}))
+
+
+def distill_terms(lane) -> dict:
+    """LaneModel's teacher fields (mens.plan.memory.distill_teacher): the teacher's
+    architecture from its rung option or config.json, read without loading it."""
+    import json
+    from pathlib import Path
+
+    from omegaconf import OmegaConf
+
+    from mens.config.validate import teacher_source
+    from mens.plan.memory import teacher_arch
+    from mens.resources import option_path
+
+    d = lane.distill
+    where, name = teacher_source(d.teacher)
+    config = json.loads((Path(name) / "config.json").read_text()) if where == "path" else \
+        OmegaConf.to_container(OmegaConf.load(option_path("rung", name)))
+    if where == "rung" and config.get("path"):
+        config = json.loads((Path(config["path"]) / "config.json").read_text())
+    try:
+        arch = teacher_arch(config)
+    except (ValueError, TypeError) as e:
+        raise ConfigError(f"lane.distill.teacher={d.teacher}: its architecture cannot be read "
+                          f"without loading it ({e}): name a rung with its numbers (conf/rung) "
+                          f"or an HF model directory with config.json.",
+                          key="lane.distill.teacher") from None
+    return {"teacher": arch, "teacher_rows": float(d.lmbda) < 1 and not d.seq_kd}
 
 
 def _margin(asked: float, notes: list[str], contract: str | None) -> float:

@@ -82,3 +82,22 @@ def test_bad_distill_keys_are_config_errors(compose, override):
     with pytest.raises(ConfigError) as e:
         compose(["lane=distill", *override])
     assert e.value.key.startswith("lane.distill.")
+
+
+def test_the_plan_counts_the_teacher(compile_run):
+    """The teacher's weights at the run's dtype, its forward's logits and the JSD's tensors are
+    a `teacher` term: at least its weights, more when steps score the data's whole rows
+    (lmbda < 1), and a larger teacher weighs what its parameters do."""
+    from mens.plan.memory import Arch, teacher_arch
+    from mens.config.compose import compose
+
+    base = ["+hw=cpu", "train.seq_len=256", "train.micro_batch=4", "train.global_batch=4",
+            "lane=distill", "lane.distill.max_completion_length=32"]
+    tiny = Arch.of(compose(["+rung=tiny"]).rung).params()["total"] * 4        # fp32 on CPU
+    _, mixed = compile_run(*base, "lane.distill.teacher=tiny")
+    _, on = compile_run(*base, "lane.distill.teacher=tiny", "lane.distill.lmbda=1.0")
+    _, big = compile_run(*base, "lane.distill.teacher=1.7b", "lane.distill.lmbda=1.0")
+    assert tiny < on.components["teacher"] < mixed.components["teacher"]
+    assert mixed.cell.split("/")[1] == "lora-distill"
+    big_weights = teacher_arch(dict(compose(["+rung=1.7b"]).rung)).params()["total"] * 4
+    assert big.components["teacher"] >= big_weights > 1.7e9 * 4

@@ -15,13 +15,16 @@ from train_util import FAST_TRAIN
 from mens.run.telemetry import read
 
 STEPS = 100
+# 2 prompts a step, 2 passes over vox_lang's ~270 records (flat: one) so 100 steps are reached
 DISTILL = ["lane=distill", "lane.distill.lmbda=1.0", "lane.distill.max_completion_length=24",
-           f"train.max_steps={STEPS}", "train.eval_max_records=16", "data.collateral=none"]
+           f"train.max_steps={STEPS}", "train.eval_max_records=16", "data.collateral=none",
+           "train.global_batch=2", "train.micro_batch=2", "curriculum.epochs=2",
+           "curriculum.caps=[10,10]"]
 
 
 @pytest.fixture(scope="module")
 def teacher(tmp_path_factory):
-    """The tiny rung after 30 LoRA SFT steps at a high rate, merged: a different tiny model
+    """The tiny rung after 20 LoRA SFT steps at a high rate, merged: a different tiny model
     with the student's tokenizer."""
     from peft import PeftModel
 
@@ -31,7 +34,7 @@ def teacher(tmp_path_factory):
     from mens.train.run import train_run
 
     run = tmp_path_factory.mktemp("teacher_sft")
-    cfg = compose([*FAST_TRAIN, "train.max_steps=30", "lane.optimizer.lr=1e-2",
+    cfg = compose([*FAST_TRAIN, "train.max_steps=20", "lane.optimizer.lr=1e-2",
                    "data.collateral=none"])
     spec, plan = plan_run(cfg, run, "train")
     train_run(spec, plan, run)
