@@ -67,8 +67,9 @@ def validate(cfg: DictConfig) -> None:
                     f"{f' — {rule.note}' if rule.note else ''} (e.g. "
                     f"`{_override_key(key, where, rule.example)}={rule.example}`).", key=where)
     _check_lists(cfg)
-    if OmegaConf.select(cfg, "lane.objective", default=None) == "distill":
-        teacher_source(OmegaConf.select(cfg, "lane.distill.teacher", default=None))
+    teacher = OmegaConf.select(cfg, "lane.distill.teacher", default=None)
+    if teacher is not None and OmegaConf.select(cfg, "lane.objective", default=None) == "distill":
+        teacher_source(teacher)   # a teacher named but not found; none at all: the plan says
 
 
 def teacher_source(teacher) -> tuple[str, str]:

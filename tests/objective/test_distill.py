@@ -73,7 +73,16 @@ def test_lane_distill_composes_with_trls_defaults(compose):
             d.max_completion_length) == ("distill", 0.5, 0.5, 0.9, False, 128)
 
 
-@pytest.mark.parametrize("override", [[], ["lane.distill.teacher=no_such_rung"],
+def test_a_distill_run_without_a_teacher_is_refused_by_the_plan(compose, compile_run):
+    from mens.errors import ConfigError
+
+    assert compose(["lane=distill"]).lane.distill.teacher is None    # the option composes
+    with pytest.raises(ConfigError) as e:
+        compile_run("+hw=cpu", "lane=distill")
+    assert e.value.key == "lane.distill.teacher" and "rung name" in e.value.message
+
+
+@pytest.mark.parametrize("override", [["lane.distill.teacher=no_such_rung"],
                                       ["lane.distill.teacher=tiny", "lane.distill.beta=1.5"],
                                       ["lane.distill.teacher=tiny", "lane.distill.lmbda=-0.1"]])
 def test_bad_distill_keys_are_config_errors(compose, override):
