@@ -110,3 +110,72 @@ def test_the_plan_counts_the_teacher(compile_run):
     assert mixed.cell.split("/")[1] == "lora-distill"
     big_weights = teacher_arch(dict(compose(["+rung=1.7b"]).rung)).params()["total"] * 4
     assert big.components["teacher"] >= big_weights > 1.7e9 * 4
+
+
+@pytest.fixture(scope="module")
+def student(tmp_path_factory):
+    """The tiny rung with a LoRA adapter moved off zero (so it differs from its teacher, the
+    tiny rung itself), bound to two chat records."""
+    from mens.config.compose import compose
+    from mens.data.examples import run_encoder
+    from mens.model.load import load_model
+    from mens.plan.spec import compile_run
+
+    spec, _ = compile_run(compose(["+hw=cpu", "train.seq_len=128", "train.micro_batch=2",
+                                   "train.global_batch=2", "lane=distill",
+                                   "lane.distill.teacher=tiny",
+                                   "lane.distill.max_completion_length=8"]), "train")
+    model, tok = load_model(spec)
+    torch.manual_seed(0)
+    for n, p in model.named_parameters():
+        if "lora_B" in n:
+            p.data.normal_(0, 0.05)
+    records = [{"id": f"r{i}", "messages": [{"role": "user", "content": q},
+                                            {"role": "assistant", "content": a}]}
+               for i, (q, a) in enumerate([("say hi", "hi there"), ("count", "1 2 3")])]
+    return spec, model, tok, records, run_encoder(tok, spec)
+
+
+@pytest.mark.parametrize("lmbda, seq_kd, source", [(1.0, False, "student"),
+                                                    (0.0, True, "teacher"),
+                                                    (0.0, False, "data")])
+def test_each_step_source_is_trls_loss_on_its_rows(student, lmbda, seq_kd, source):
+    """A step on the student's samples (lmbda 1), the teacher's (seq_kd) or the data's answers
+    gives TRL's compute_loss on those rows: both models' logits over the whole row, shifted,
+    the prompt and padding masked by −100 — the step's narrower logits (an on-policy row's
+    answer only) change nothing. The gradient reaches the adapter."""
+    import dataclasses
+
+    from mens.objective.base import Step
+    from mens.objective.distill import IGNORE, Distill
+
+    spec, model, tok, records, enc = student
+    lane = dataclasses.replace(spec.lane, distill=dataclasses.replace(
+        spec.lane.distill, lmbda=lmbda, seq_kd=seq_kd))
+    obj = Distill(dataclasses.replace(spec, lane=lane))
+    obj.bind(model, tok, records, enc)
+    seen = {}
+    real = obj._sampled_rows, obj._data_rows
+
+    def spy(fn):
+        def run(*a, **k):
+            seen["rows"] = out = fn(*a, **k)
+            seen["who"] = a[0] if fn is real[0] else None
+            return out
+        return run
+    obj._sampled_rows, obj._data_rows = spy(real[0]), spy(real[1])
+    model.zero_grad()
+    loss, m = obj.step(Step(None, None, 1, None, model=model, group=(0, 0)),
+                       {"record_ids": ["r0", "r1"]})
+    loss.backward()
+    assert m["on_policy"].item() == float(source == "student")
+    assert seen["who"] is {"student": model, "teacher": obj.teacher, "data": None}[source]
+    ids, mask, labels = seen["rows"][:3]
+    with torch.no_grad():
+        s = model(input_ids=ids, attention_mask=mask).logits[:, :-1].float()
+        t = obj.teacher(input_ids=ids, attention_mask=mask).logits[:, :-1].float()
+    want = generalized_jsd_loss(s, t, labels[:, 1:], beta=0.5)
+    assert (labels != IGNORE).sum() > 0 and want.item() > 1e-4
+    assert abs(loss.item() - want.item()) <= 1e-5 * max(1.0, want.item())
+    grads = [p.grad for n, p in model.named_parameters() if "lora_A" in n]
+    assert grads and all(g is not None for g in grads) and any(g.abs().sum() > 0 for g in grads)

@@ -63,3 +63,7 @@ def test_held_out_reverse_kl_to_the_teacher_halves_in_100_steps(teacher, mens_cl
     assert evals[0]["reverse_kl"] == before and evals[1]["reverse_kl"] == after
     steps = [e for e in rows if e["event"] == "TRAIN_STEP"]
     assert len(steps) == STEPS and all(e["on_policy"] == 1.0 for e in steps)   # lmbda 1
+    # the plan counted the teacher (weights, logits, the JSD's tensors): it bounds the window
+    assert summary["measured_peak_bytes"] <= summary["predicted_peak_bytes"]
+    plan = json.loads((tmp_path / "run" / "plan.json").read_text())
+    assert json.dumps(plan).count('"teacher"') >= 1
