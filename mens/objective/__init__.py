@@ -1,8 +1,7 @@
 """Training objectives: what the weights are trained toward (SFT, DPO, ORPO, SimPO, KTO, GRPO,
 on-policy distillation), crossed with the lane's method (LoRA, QLoRA, full) that says how they
-train. One module per
-objective owns its batch, loss, reference pass and metrics; the torch-free facts the config,
-data and planning stages read are its card in mens.config.objectives."""
+train. One module per objective owns its batch, loss, reference pass and metrics; the torch-free
+facts the config, data and planning stages read are its card in mens.config.objectives."""
 from __future__ import annotations
 
 import importlib

@@ -38,7 +38,8 @@ def teacher(tmp_path_factory):
                    "data.collateral=none"])
     spec, plan = plan_run(cfg, run, "train")
     train_run(spec, plan, run)
-    merged = PeftModel.from_pretrained(load_base(spec.rung), str(run / "adapter")).merge_and_unload()
+    merged = PeftModel.from_pretrained(load_base(spec.rung), str(run / "adapter"))
+    merged = merged.merge_and_unload()
     out = tmp_path_factory.mktemp("teacher") / "model"
     merged.save_pretrained(out)
     return out
