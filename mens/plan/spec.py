@@ -294,16 +294,17 @@ def compile_run(cfg: DictConfig, purpose: str = "plan") -> tuple[RunSpec, Plan]:
         notes.append(f"rung {cfg.rung.name}: {cfg.rung.repo_id} is unpinned (revision null)")
 
     seq_len = resolve_seq_len(cfg, notes, dataset)
+    obj = card(lane).name           # the sampling objective's own section (grpo, distill)
     if "generation" in card(lane).memory_terms and \
-            int(lane.grpo.max_completion_length) >= seq_len:
+            int(section(lane, obj).max_completion_length) >= seq_len:
         raise ConfigError(
-            f"lane.grpo.max_completion_length={lane.grpo.max_completion_length} leaves no room "
-            f"for the prompt in train.seq_len={seq_len} (a sampled row is prompt + completion, "
-            f"the prompt cut to the rest): lower lane.grpo.max_completion_length or raise "
-            f"train.seq_len.", key="lane.grpo.max_completion_length")
+            f"lane.{obj}.max_completion_length={section(lane, obj).max_completion_length} leaves "
+            f"no room for the prompt in train.seq_len={seq_len} (a sampled row is prompt + "
+            f"completion, the prompt cut to the rest): lower lane.{obj}.max_completion_length "
+            f"or raise train.seq_len.", key=f"lane.{obj}.max_completion_length")
     if "generation" in card(lane).memory_terms and cfg.hw.backend == "cuda":
-        notes.append("grpo samples with transformers' generate on CUDA: vLLM colocated sampling "
-                     "is not built in this mens (its speed and memory are unmeasured)")
+        notes.append(f"{obj} samples with transformers' generate on CUDA: vLLM colocated "
+                     f"sampling is not built in this mens (its speed and memory are unmeasured)")
     t = cfg.train
     if lane.optimizer.lr == schema.AUTO:   # the rung's recommendation; the card says which
         rates = {"lora_lr": cfg.rung.lora_lr, "full_lr": cfg.rung.full_lr}

@@ -80,6 +80,9 @@ def test_a_distill_run_without_a_teacher_is_refused_by_the_plan(compose, compile
     with pytest.raises(ConfigError) as e:
         compile_run("+hw=cpu", "lane=distill")
     assert e.value.key == "lane.distill.teacher" and "rung name" in e.value.message
+    with pytest.raises(ConfigError) as e:   # the sampled answer must leave room for a prompt
+        compile_run("+hw=cpu", "lane=distill", "lane.distill.teacher=tiny", "train.seq_len=128")
+    assert e.value.key == "lane.distill.max_completion_length"
 
 
 @pytest.mark.parametrize("override", [["lane.distill.teacher=no_such_rung"],

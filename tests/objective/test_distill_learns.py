@@ -55,7 +55,9 @@ def test_held_out_reverse_kl_to_the_teacher_halves_in_100_steps(teacher, mens_cl
     held = summary["held_out_distill"]
     before, after = held["before"]["reverse_kl"], held["after"]["reverse_kl"]
     print(f"held-out reverse KL {before:.4f} → {after:.4f} ({1 - after / before:.0%} lower); "
-          f"forward KL {held['before']['forward_kl']:.4f} → {held['after']['forward_kl']:.4f}")
+          f"forward KL {held['before']['forward_kl']:.4f} → {held['after']['forward_kl']:.4f}; "
+          f"peak {summary['measured_peak_bytes'] / 2**20:.0f} MiB measured, "
+          f"{summary['predicted_peak_bytes'] / 2**20:.0f} planned")
     assert before > 0.05                       # the teacher is another model
     assert after <= 0.5 * before
     rows = read(tmp_path / "run" / "telemetry.jsonl")
