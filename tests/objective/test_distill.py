@@ -182,3 +182,12 @@ def test_each_step_source_is_trls_loss_on_its_rows(student, lmbda, seq_kd, sourc
     assert abs(loss.item() - want.item()) <= 1e-5 * max(1.0, want.item())
     grads = [p.grad for n, p in model.named_parameters() if "lora_A" in n]
     assert grads and all(g is not None for g in grads) and any(g.abs().sum() > 0 for g in grads)
+
+
+def test_the_eta_times_the_teachers_forward_at_its_size(compile_run):
+    """The step's no-grad rows are the teacher's: a larger teacher's forward takes longer."""
+    base = ["+hw=h100", "+rung=0.6b", "train.seq_len=1024", "train.micro_batch=4",
+            "train.global_batch=4", "lane=distill", "lane.distill.lmbda=1.0"]
+    fwd = {t: compile_run(*base, f"lane.distill.teacher={t}")[1].cost["parts"]["step_forward"]["s"]
+           for t in ("tiny", "1.7b")}
+    assert fwd["1.7b"] > 5 * fwd["tiny"]
