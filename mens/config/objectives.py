@@ -149,6 +149,16 @@ CARDS = {
                      "mens/objective/grpo.py: Grpo.step samples G completions (HF generate), "
                      "waits for the oracle, scores the G rows (completion_logps) and, when "
                      "grpo.beta > 0, the reference's log-probs of them (no grad)"))),
+    # the student samples one answer per prompt (on lmbda's share of steps; planned as every
+    # step), a local teacher scores the rows (no grad): its weights and its forward's logits
+    # are the planner's `teacher` term (mens.plan.memory.distill_teacher)
+    "distill": Card("distill", "prompts", ("chat", "pairs"), lambda lane: 1, "none", False,
+                    ("generation", "teacher"),
+                    lambda g, ref: StepCost((1,), forward=1, samples=1,
+                                            forward_what="teacher forward", where=(
+                        "mens/objective/distill.py: Distill.step samples one completion per "
+                        "prompt (HF generate), scores the rows with the teacher (no grad) and "
+                        "the student, and takes the generalised JSD of their logits"))),
 }
 if tuple(CARDS) != OBJECTIVES:   # mens's own registry, checked at import (`python -O` too)
     raise RuntimeError(f"mens.config.objectives.CARDS ({', '.join(CARDS)}) and "

@@ -20,9 +20,9 @@ DPO_LOSSES = ("sigmoid", "hinge", "ipo")
 # A lane is a method (how the weights train) × an objective (what they train toward); the
 # objectives' torch-free facts are their cards in mens.config.objectives
 METHODS = ("lora", "qlora", "full")
-OBJECTIVES = ("sft", "dpo", "orpo", "simpo", "kto", "grpo")
-GRPO_LOSSES = ("dapo", "grpo", "bnpo", "dr_grpo")
-GRPO_IS_MODES = ("token_truncate", "token_mask", "sequence_truncate", "sequence_mask")  # TRL's   # TRL GRPOConfig.loss_type (dapo: default)
+OBJECTIVES = ("sft", "dpo", "orpo", "simpo", "kto", "grpo", "distill")
+GRPO_LOSSES = ("dapo", "grpo", "bnpo", "dr_grpo")   # TRL GRPOConfig.loss_type (dapo: default)
+GRPO_IS_MODES = ("token_truncate", "token_mask", "sequence_truncate", "sequence_mask")  # TRL's
 GRPO_REWARDS = ("pass", "partial", "teacher")   # mens.objective.rewards.KINDS
 GRPO_SCALES = ("group", "batch", "none")         # TRL's scale_rewards
 
@@ -224,10 +224,22 @@ class GrpoConfig:
 
 
 @dataclass
+class DistillConfig:
+    # On-policy distillation (TRL's GKDConfig names and defaults, where mens has the knob)
+    teacher: Optional[str] = None    # a rung name (conf/rung, e.g. tiny) or an HF model directory
+    #                                  sharing the student's tokenizer (TRL: teacher_model_name_or_path)
+    beta: float = 0.5                # generalised JSD: 0 forward KL, 1 reverse KL (TRL's default)
+    temperature: float = 0.9         # of the student's sampling (TRL's default; the loss uses 1)
+    lmbda: float = 0.5               # the share of steps on the student's own samples (TRL's)
+    seq_kd: bool = False             # off-policy steps on the teacher's samples, not the data's
+    max_completion_length: int = 128   # tokens sampled per completion (TRL's max_new_tokens)
+
+
+@dataclass
 class LaneConfig:
     name: str = MISSING
     method: str = MISSING            # lora | qlora | full (METHODS): how the weights train
-    objective: str = "sft"           # sft | dpo | orpo | simpo | kto | grpo (OBJECTIVES): toward what
+    objective: str = "sft"           # sft | dpo | orpo | simpo | kto | grpo | distill (OBJECTIVES)
     precision: str = AUTO            # auto | bf16 | fp16 | fp32  (auto: the tier's default)
     gradient_checkpointing: Any = AUTO   # auto | true | false
     lora: Optional[LoraConfig] = None
@@ -238,6 +250,7 @@ class LaneConfig:
     simpo: SimpoConfig = field(default_factory=SimpoConfig)
     kto: KtoConfig = field(default_factory=KtoConfig)
     grpo: GrpoConfig = field(default_factory=GrpoConfig)
+    distill: DistillConfig = field(default_factory=DistillConfig)
 
 
 @dataclass

@@ -67,6 +67,27 @@ def validate(cfg: DictConfig) -> None:
                     f"{f' — {rule.note}' if rule.note else ''} (e.g. "
                     f"`{_override_key(key, where, rule.example)}={rule.example}`).", key=where)
     _check_lists(cfg)
+    teacher = OmegaConf.select(cfg, "lane.distill.teacher", default=None)
+    if teacher is not None and OmegaConf.select(cfg, "lane.objective", default=None) == "distill":
+        teacher_source(teacher)   # a teacher named but not found; none at all: the plan says
+
+
+def teacher_source(teacher) -> tuple[str, str]:
+    """lane.distill.teacher → ("path", an HF model directory) or ("rung", a conf/rung option
+    name); ConfigError naming the key otherwise (before anything loads)."""
+    from pathlib import Path
+
+    from mens.resources import option_path
+
+    if teacher and (Path(str(teacher)) / "config.json").is_file():
+        return "path", str(teacher)
+    if teacher and "/" not in str(teacher) and option_path("rung", str(teacher)).is_file():
+        return "rung", str(teacher)
+    raise ConfigError(
+        f"`lane.distill.teacher={teacher}` is not valid: objective distill needs a teacher that "
+        f"shares the student's tokenizer — a rung name (an option of conf/rung, e.g. "
+        f"`lane.distill.teacher=tiny`) or a Hugging Face model directory holding config.json "
+        f"(e.g. `lane.distill.teacher=/models/teacher`).", key="lane.distill.teacher")
 
 
 def _values(cfg: DictConfig, key: str) -> Iterable[tuple[str, object]]:
@@ -240,6 +261,12 @@ RANGES: dict[str, Range] = {
     "lane.grpo.format_reward": _nonneg("the format reward's weight", "0.0"),
     "lane.grpo.oracle_timeout_s": _pos("seconds per oracle call (a timeout fails the reward)",
                                        "10"),
+    "lane.distill.beta": Range(lo=0, hi=1, example="0.5",
+                               note="the generalised JSD's mix: 0 forward KL, 1 reverse KL"),
+    "lane.distill.temperature": _pos("the student's sampling temperature", "0.9"),
+    "lane.distill.lmbda": Range(lo=0, hi=1, example="0.5",
+                                note="the share of steps on the student's own samples"),
+    "lane.distill.max_completion_length": _count("tokens sampled per completion", "128"),
     "curriculum.epochs": _count("", "3"),
     "curriculum.pack_window": Range(lo=0, integer=True, example="2",
                                     note="how many phases apart two records may share a packed "

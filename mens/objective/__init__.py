@@ -1,7 +1,7 @@
-"""Training objectives: what the weights are trained toward (SFT, DPO, ORPO, SimPO, KTO, GRPO),
-crossed with the lane's method (LoRA, QLoRA, full) that says how they train. One module per
-objective owns its batch, loss, reference pass and metrics; the torch-free facts the config,
-data and planning stages read are its card in mens.config.objectives."""
+"""Training objectives: what the weights are trained toward (SFT, DPO, ORPO, SimPO, KTO, GRPO,
+on-policy distillation), crossed with the lane's method (LoRA, QLoRA, full) that says how they
+train. One module per objective owns its batch, loss, reference pass and metrics; the torch-free
+facts the config, data and planning stages read are its card in mens.config.objectives."""
 from __future__ import annotations
 
 import importlib
@@ -11,7 +11,8 @@ from mens.errors import ConfigError
 # objective name → "module:Class" (imported on use: each pulls torch)
 REGISTRY = {"sft": "mens.objective.sft:Sft", "dpo": "mens.objective.dpo:Dpo",
             "orpo": "mens.objective.orpo:Orpo", "simpo": "mens.objective.simpo:Simpo",
-            "kto": "mens.objective.kto:Kto", "grpo": "mens.objective.grpo:Grpo"}
+            "kto": "mens.objective.kto:Kto", "grpo": "mens.objective.grpo:Grpo",
+            "distill": "mens.objective.distill:Distill"}
 
 
 def build(spec):

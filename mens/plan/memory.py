@@ -105,6 +105,10 @@ class LaneModel:
     # where its rollouts are generated (mens.plan.rl.GENERATIONS): local (HF generate in the
     # training process) | server (an OpenAI-compatible server on this device: its own weights)
     generation_where: str = "local"
+    # distill: the teacher's architecture (its weights and its forward: distill_teacher), and
+    # whether some steps score the data's whole rows (lmbda < 1 without seq_kd)
+    teacher: "Arch | None" = None
+    teacher_rows: bool = False
 
     @property
     def label(self) -> str:
@@ -338,7 +342,46 @@ def components(arch: Arch, lane: LaneModel, shape: Shape, backend: str,
                               p["total"] * wb, trainable))
         if head:
             comps["reference_logits"] = int(head["reference_logits"])
+    if lane.teacher is not None:
+        comps["teacher"] = distill_teacher(arch, lane, b, s, wb, m)
     return comps
+
+
+# (N, T, V) fp32 tensors mens.objective.distill.generalized_jsd_loss keeps between 0 < β < 1:
+# the student's and the teacher's log-softmax, the stacked pair, the mixture, the two KL terms
+# and their weighted sum (β = 0 or 1 keeps fewer: planned at the most)
+JSD_TENSORS = 7
+
+
+def distill_teacher(arch: Arch, lane: LaneModel, rows: int, s: int, wb: int,
+                    m: Mapping) -> int:
+    """What a distillation teacher adds (mens.objective.distill): its frozen weights at the
+    run's dtype (load_base as the student's base), its no-grad forward's logits (compute dtype
+    + the fp32 copy), the JSD's own fp32 tensors over the scored positions, and one of its
+    layers' transients. An on-policy step scores the answer (max_completion_length + 1
+    positions); a step on the data's rows (lmbda < 1, no seq_kd) scores the whole row, and the
+    student's logits then span it too (the `logits` term counts the answer only)."""
+    t = lane.teacher if isinstance(lane.teacher, Arch) else Arch(**lane.teacher)  # a record's
+    scored = rows * (s if lane.teacher_rows else min(lane.generation_tokens + 1, s))
+    weights = t.params()["total"] * wb
+    logits = scored * t.vocab * (wb + 4)
+    jsd = scored * t.vocab * 4 * JSD_TENSORS
+    layer = rows * s * (2 * t.hidden + t.intermediate) * wb
+    extra_student = (scored - rows * min(lane.generation_tokens + 1, s)) * arch.vocab * \
+        (wb + 4 * m["logits_fp32_copies"])
+    return int(weights + logits + jsd + layer + extra_student)
+
+
+def teacher_arch(config: Mapping) -> Arch:
+    """A teacher's architecture from its config.json (an HF model directory) or its rung."""
+    get = config.get
+    if get("hidden_size") is None:
+        raise ValueError("no architecture numbers")
+    return Arch(get("hidden_size"), get("intermediate_size"), get("num_hidden_layers"),
+                get("num_attention_heads"), get("num_key_value_heads"),
+                get("head_dim") or get("hidden_size") // get("num_attention_heads"),
+                get("vocab_size"), bool(get("tie_word_embeddings")),
+                get("model_type") or get("family") or DEFAULT_FAMILY)
 
 
 def sampling(arch: Arch, lane: LaneModel, rows: int, s: int, wb: int, backend: str,

@@ -34,6 +34,7 @@ WHAT = {
     "server": "generation server on this device: its weights + KV cache (grpo)",
     "reference_copy": "frozen copy of the model: the in-step reference (grpo)",
     "oracle_procs": "oracle child processes beside training (host memory)",
+    "teacher": "distill teacher: weights, forward logits, the JSD's tensors",
 }
 
 

@@ -193,7 +193,36 @@ def lane_model(lane, precision: str, init_adapter: str | None = None, check: str
         if "generation" in c.memory_terms else 0,
         reference_copy=bool(copy), oracle_mib=oracle_mib,
         generation_where=rl.generation_where(section(lane, c.name))
-        if "generation" in c.memory_terms else "local")
+        if "generation" in c.memory_terms else "local",
+        **(distill_terms(lane) if "teacher" in c.memory_terms else {}))
+
+
+def distill_terms(lane) -> dict:
+    """LaneModel's teacher fields (mens.plan.memory.distill_teacher): the teacher's
+    architecture from its rung option or config.json, read without loading it."""
+    import json
+    from pathlib import Path
+
+    from omegaconf import OmegaConf
+
+    from mens.config.validate import teacher_source
+    from mens.plan.memory import teacher_arch
+    from mens.resources import option_path
+
+    d = lane.distill
+    where, name = teacher_source(d.teacher)
+    config = json.loads((Path(name) / "config.json").read_text()) if where == "path" else \
+        OmegaConf.to_container(OmegaConf.load(option_path("rung", name)))
+    if where == "rung" and config.get("path"):
+        config = json.loads((Path(config["path"]) / "config.json").read_text())
+    try:
+        arch = teacher_arch(config)
+    except (ValueError, TypeError) as e:
+        raise ConfigError(f"lane.distill.teacher={d.teacher}: its architecture cannot be read "
+                          f"without loading it ({e}): name a rung with its numbers (conf/rung) "
+                          f"or an HF model directory with config.json.",
+                          key="lane.distill.teacher") from None
+    return {"teacher": arch, "teacher_rows": float(d.lmbda) < 1 and not d.seq_kd}
 
 
 def _margin(asked: float, notes: list[str], contract: str | None) -> float:
@@ -268,16 +297,17 @@ def compile_run(cfg: DictConfig, purpose: str = "plan") -> tuple[RunSpec, Plan]:
         notes.append(f"rung {cfg.rung.name}: {cfg.rung.repo_id} is unpinned (revision null)")
 
     seq_len = resolve_seq_len(cfg, notes, dataset)
+    obj = card(lane).name           # the sampling objective's own section (grpo, distill)
     if "generation" in card(lane).memory_terms and \
-            int(lane.grpo.max_completion_length) >= seq_len:
+            int(section(lane, obj).max_completion_length) >= seq_len:
         raise ConfigError(
-            f"lane.grpo.max_completion_length={lane.grpo.max_completion_length} leaves no room "
-            f"for the prompt in train.seq_len={seq_len} (a sampled row is prompt + completion, "
-            f"the prompt cut to the rest): lower lane.grpo.max_completion_length or raise "
-            f"train.seq_len.", key="lane.grpo.max_completion_length")
+            f"lane.{obj}.max_completion_length={section(lane, obj).max_completion_length} leaves "
+            f"no room for the prompt in train.seq_len={seq_len} (a sampled row is prompt + "
+            f"completion, the prompt cut to the rest): lower lane.{obj}.max_completion_length "
+            f"or raise train.seq_len.", key=f"lane.{obj}.max_completion_length")
     if "generation" in card(lane).memory_terms and cfg.hw.backend == "cuda":
-        notes.append("grpo samples with transformers' generate on CUDA: vLLM colocated sampling "
-                     "is not built in this mens (its speed and memory are unmeasured)")
+        notes.append(f"{obj} samples with transformers' generate on CUDA: vLLM colocated "
+                     f"sampling is not built in this mens (its speed and memory are unmeasured)")
     t = cfg.train
     if lane.optimizer.lr == schema.AUTO:   # the rung's recommendation; the card says which
         rates = {"lora_lr": cfg.rung.lora_lr, "full_lr": cfg.rung.full_lr}

@@ -282,8 +282,13 @@ def objective_cost(arch: Arch, lane: LaneModel, shape: Shape, tflops: float | No
     rate = "measured" if fitted else "ASSUMED MFU"
     latency = f"rate {rate}, latency share assumed"
     parts = {"policy": (sum(px.train(k * b, S, head) for k in c.grad), "token", f"rate {rate}")}
-    if c.forward:
-        parts["step_forward"] = (px.forward(c.forward * b, S, head), "token", latency)
+    if c.forward:   # distill: the no-grad rows are the teacher's, at the teacher's size
+        t = lane.teacher if lane.teacher is None or isinstance(lane.teacher, Arch) else \
+            Arch(**lane.teacher)
+        fx = px if t is None else Passes(t, lane, shape.checkpointing, tflops,
+                                         bandwidth_gbs if roofline else None, eta, tau,
+                                         bandwidth_gbs)
+        parts["step_forward"] = (fx.forward(c.forward * b, S, head), "token", latency)
     if c.samples:
         P = max(S - T, 1)                          # rows planned at seq_len: prompt ≤ S − T
         parts["generation"] = (px.forward(c.samples * b, P, 1) + px.decode(c.samples * b, P, T),

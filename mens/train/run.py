@@ -224,7 +224,7 @@ def _fit_and_finish(trainer, module, data, model, tokenizer, spec, plan, run, te
     summary.update(world_size=size, strategy=strategy, train_tokens=tokens,
                    tokens_per_sec=round(tokens / secs, 1) if secs > 0 else None)
     if oracle:
-        summary["held_out_oracle"] = oracle
+        summary[f"held_out_{oracle.pop('split', 'oracle')}"] = oracle
     if trims:   # what the heap trims cost (mens.train.allocator)
         summary.update(heap_trims=trims.counts["heap_trims"],
                        heap_trim_s=round(trims.counts["heap_trim_s"], 3))
@@ -245,6 +245,11 @@ def held_out_oracle(objective, model, spec, run: RunDir, tel) -> dict | None:
     after = objective_held_out(objective, model, spec, tel, "adapter")
     if after is None:
         return None
+    if "split" in after:   # a measure of its own (distill): before → after, as it is
+        before = getattr(objective, "before", None) or {}
+        run.write_json(f"held_out_{after['split']}.json", {"before": before, "after": after},
+                       indent=1)
+        return {"split": after["split"], "before": before, "after": after}
     before = getattr(objective, "before", None) or oracle_from_telemetry(run.telemetry_rows())
     run.write_json("held_out_oracle.json", {"before": before, "after": after}, indent=1)
     keys = ("n", "passed", "pass_rate", "reward_mean")

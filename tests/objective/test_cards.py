@@ -57,7 +57,8 @@ def test_cards_answer_rows_reference_and_records(compose):
     assert card(grpo).needs_reference(grpo)
     assert not card(grpo).needs_reference(compose(["lane=grpo", "lane.grpo.beta=0"]).lane)
     assert card("kto").record_kinds() == ("labeled", "pairs")
-    assert {c.name for c in CARDS.values() if c.reference == "none"} == {"sft", "orpo", "simpo"}
+    assert {c.name for c in CARDS.values() if c.reference == "none"} == {"sft", "orpo", "simpo",
+                                                                       "distill"}
     assert card(compose(["lane=full", "lane.objective=dpo", *PAIRS]).lane).lr_key(
         compose(["lane=full"]).lane) == "full_lr"
     with pytest.raises(ConfigError):
