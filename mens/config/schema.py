@@ -213,6 +213,8 @@ class GrpoConfig:
     scale_rewards: str = "group"     # group | batch | none (TRL's scale_rewards; none: Dr. GRPO)
     format_reward: float = 0.0       # weight of the format reward beside the oracle's
     oracle_timeout_s: float = 10.0   # per completion; a timeout is a failed reward
+    use_bias_correction_kl: bool = True   # the KL term × the ratio (TRL 1.16's default, True
+    #                                  since huggingface/trl#6503; False in TRL before it)
 
 
 @dataclass
