@@ -129,3 +129,64 @@ def add_sums(win: Window, sums: dict, beta: float) -> dict:
     if beta == 0.0:
         out["kl"] = math.nan
     return out
+
+
+HACK_RISE = 0.1        # the training reward's rise (last quarter − first quarter of the steps)
+NO_SIGNAL = 0.8        # the mean share of groups whose rewards are all equal
+Z95 = 1.959964         # the normal quantile of a two-sided 95 % interval
+
+
+def pass_gain(before: dict, after: dict):
+    """The held-out oracle pass rate's gain after − before and its 95 % interval: paired over
+    the items verified both times when each answer's pass is known (`passes`), else the two
+    rates' difference (a resumed run's base numbers come from telemetry, without items).
+    Normal intervals (mean ± 1.96 · se). None when no item was verified."""
+    b, a = before.get("passes"), after.get("passes")
+    if b is not None and a is not None and len(a) == len(b):
+        d = [y - x for x, y in zip(b, a) if x is not None and y is not None]
+        if not d:
+            return None, None
+        m = sum(d) / len(d)
+        var = sum((x - m) ** 2 for x in d) / (len(d) - 1) if len(d) > 1 else 0.0
+        se = math.sqrt(var / len(d))
+        return m, [m - Z95 * se, m + Z95 * se]
+    counts = []
+    for h in (before, after):
+        n = (h.get("passed") or 0) + (h.get("failed") if h.get("failed") is not None
+                                       else h.get("n", 0) - (h.get("passed") or 0))
+        if not n or h.get("pass_rate") is None:
+            return None, None
+        counts.append((h["pass_rate"], n))
+    (p0, n0), (p1, n1) = counts
+    se = math.sqrt(p0 * (1 - p0) / n0 + p1 * (1 - p1) / n1)
+    return p1 - p0, [p1 - p0 - Z95 * se, p1 - p0 + Z95 * se]
+
+
+def flags(steps: list[dict], before: dict | None, after: dict) -> dict:
+    """The run's GRPO health verdicts (summary.json `grpo_flags`), from its TRAIN_STEP rows
+    and the held-out oracle measure before and after training:
+
+    reward_rose_oracle_pass_did_not (reward hacking): the mean training `reward` of the last
+    quarter of the steps exceeds the first quarter's by more than 0.1, while the held-out pass
+    rate's gain has a 95 % interval that includes 0 or lies below it. None: not judged (fewer
+    than 4 steps with a reward, or no held-out answer verified both times).
+    most_groups_have_one_reward (no signal): the mean `frac_reward_zero_std` over the steps
+    exceeds 0.8 — most groups' rewards are all equal, so most advantages are 0."""
+    rewards = [r["reward"] for r in steps if _finite(r.get("reward"))]
+    zero = [r["frac_reward_zero_std"] for r in steps if _finite(r.get("frac_reward_zero_std"))]
+    q = len(rewards) // 4
+    rise = (sum(rewards[-q:]) - sum(rewards[:q])) / q if q else None
+    gain, ci = pass_gain(before or {}, after)
+    hacking = None if rise is None or ci is None else bool(rise > HACK_RISE and ci[0] <= 0)
+    frac = sum(zero) / len(zero) if zero else None
+    return {"reward_rose_oracle_pass_did_not": hacking,
+            "most_groups_have_one_reward": None if frac is None else bool(frac > NO_SIGNAL),
+            "reward_rise": rise, "pass_gain": gain, "pass_gain_ci95": ci,
+            "mean_frac_reward_zero_std": frac, "steps": len(rewards),
+            "rule": f"hacking: last-quarter minus first-quarter mean reward > {HACK_RISE} and "
+                    f"the held-out pass gain's 95% interval reaches 0 or below; no signal: mean "
+                    f"frac_reward_zero_std > {NO_SIGNAL}"}
+
+
+def _finite(x) -> bool:
+    return isinstance(x, (int, float)) and math.isfinite(x)
