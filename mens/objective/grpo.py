@@ -125,6 +125,21 @@ def grpo_loss(logps, old_logps, ref_logps, advantages, mask, beta: float = 0.0,
     return loss, metrics
 
 
+def held_out_counts(rew) -> dict:
+    """A held-out measure's numbers from its Rewards (reward="partial"): `passed`, `failed`,
+    `unverified` (NaN: the oracle could not run here, neither pass nor fail), the pass rate
+    over the verified answers only (None when none is), the mean partial reward over the
+    answers it scored, and each answer's `passes` (1 | 0 | None) and `rewards` (None: NaN)."""
+    passes = [None if math.isnan(p) else int(p) for p in rew.passed]
+    passed, failed = passes.count(1), passes.count(0)
+    scored = [x for x in rew.partial if not math.isnan(x)]
+    return {"passed": passed, "failed": failed, "unverified": passes.count(None),
+            "pass_rate": passed / (passed + failed) if passed + failed else None,
+            "reward_mean": sum(scored) / len(scored) if scored else None,
+            "rewards": [None if math.isnan(x) else x for x in rew.partial], "passes": passes,
+            "timeouts": rew.metrics.get("oracle/timeouts", 0)}
+
+
 def prompt_head(rec: dict) -> list[dict]:
     """A chat record's prompt: its messages up to its last user turn (what answers respond to,
     as mens.eval.indomain takes held-out prompts)."""
@@ -202,11 +217,9 @@ class Grpo(Objective):
             return completion_logps(ref, input_ids, attention_mask, cmask, self.lane.grpo.temperature)
 
     def held_out(self, model, records: list, batch: int = 8) -> dict:
-        """Greedy answers to the held-out prompts, scored by the spoke's oracle: n answers,
-        `passed`, `failed`, `unverified` (the oracle could not run here: neither pass nor fail),
-        the pass rate over the verified answers only (None when none is) and the mean partial
-        reward over the answers it could score — what GRPO trains toward, measured before and
-        after training (mens.train.run). `passes`: each answer's 1 | 0 | None."""
+        """Greedy answers to the held-out prompts, scored by the spoke's oracle (held_out_counts:
+        unverified answers apart, the pass rate over the verified) — what GRPO trains toward,
+        measured before and after training (mens.train.run)."""
         from mens.objective.rewards import oracle_rewards
 
         T = int(self.lane.grpo.max_completion_length)
@@ -220,16 +233,7 @@ class Grpo(Objective):
         rew = oracle_rewards(check, records, heads, texts, reward="partial",
                              timeout_s=float(self.lane.grpo.oracle_timeout_s),
                              syntax=self.tool_syntax())
-        passes = [None if math.isnan(p) else int(p) for p in rew.passed]
-        passed, failed = passes.count(1), passes.count(0)
-        scored = [x for x in rew.partial if not math.isnan(x)]
-        return {"n": len(texts), "check": check, "passed": passed, "failed": failed,
-                "unverified": passes.count(None),
-                "pass_rate": passed / (passed + failed) if passed + failed else None,
-                "reward_mean": sum(scored) / len(scored) if scored else None,
-                "rewards": [None if math.isnan(x) else x for x in rew.partial],
-                "passes": passes, "answers": texts,
-                "timeouts": rew.metrics.get("oracle/timeouts", 0)}
+        return {"n": len(texts), "check": check, **held_out_counts(rew), "answers": texts}
 
     def state_dict(self) -> dict:
         """Every rank's sampling RNG state (gathered: a collective, as saving is), so a resumed
