@@ -142,14 +142,20 @@ PROMPTS = [[{"role": "user", "content": c}] for c in
 
 
 @pytest.fixture(scope="module")
-def results(tmp_path_factory):
+def tiny():
     from mens.config.compose import compose
     from mens.model.load import load_base, load_tokenizer
+
+    rung = compose(["+rung=tiny", "+hw=cpu"]).rung
+    return load_base(rung), load_tokenizer(rung)
+
+
+@pytest.fixture(scope="module")
+def results(tiny, tmp_path_factory):
     from mens.objective.sampling import generate
 
     tmp = tmp_path_factory.mktemp("grpo_loop")
-    rung = compose(["+rung=tiny", "+hw=cpu"]).rung
-    model, tok = load_base(rung), load_tokenizer(rung)
+    model, tok = tiny
     roll = generate(model, tok, PROMPTS, G, T, temperature=0.9, seed=0)
     g = torch.Generator().manual_seed(1)
     # rows cut at seeded lengths (the mask is what the loss reads), so the normalisers differ
@@ -196,3 +202,20 @@ def test_the_same_gradient_however_the_step_is_split(results, case):
         assert r0["m3"][k] == pytest.approx(r0["mmicro3"][k], rel=1e-5, abs=1e-7), k
     assert r0["mmicro4"]["frac_reward_zero_std"] == 0.25    # one group of four has one reward
 
+
+def test_sampling_advances_the_objectives_rng_and_leaves_the_global_one(tiny):
+    """Issue #39: the sampling RNG is the objective's own generator (saved in checkpoints:
+    test_grpo_loop_resume.py), advanced by sampling; torch.manual_seed is never called."""
+    from mens.objective.sampling import generate, sampling_rng
+
+    model, tok = tiny
+    ask = [[{"role": "user", "content": "list the files"}]]
+    torch.manual_seed(5)
+    rng = sampling_rng(0, "cpu")
+    first = generate(model, tok, ask, 4, 8, rng=rng).texts
+    assert torch.equal(torch.get_rng_state(), torch.manual_seed(5).get_state())  # untouched
+    second = generate(model, tok, ask, 4, 8, rng=rng).texts
+    assert first != second                                    # the generator moved on
+    again = sampling_rng(0, "cpu")
+    assert generate(model, tok, ask, 4, 8, rng=again).texts == first
+    assert generate(model, tok, ask, 4, 8, rng=again).texts == second

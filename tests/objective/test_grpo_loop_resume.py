@@ -1,6 +1,7 @@
 """Issue #39: a resumed GRPO run equals the uninterrupted one. The sampling RNG is the
 objective's own generator, advanced by sampling and kept in every checkpoint (before, a resumed
-run replayed the first steps' seeds), and sampling leaves the process's global RNG alone.
+run replayed the first steps' seeds); that sampling leaves the global RNG alone is
+tests/objective/test_grpo_loop.py's.
 
 Real tiny runs (mens.train.run.train_run, a real Lightning Trainer, the spoke's own oracle):
 4 steps straight; 4 steps stopped by Ctrl-C after step 2 (the Interrupt callback's last.ckpt)
@@ -20,26 +21,6 @@ GRPO = [*FAST_TRAIN, "lane=grpo", "spoke=structured_shell", "train.max_steps=4",
         "train.eval_max_records=1", "train.global_batch=2", "train.micro_batch=1",
         "train.seq_len=128", "lane.grpo.num_generations=2", "lane.grpo.max_completion_length=8",
         "lane.optimizer.lr=1e-3", "train.checkpoint_every=100"]
-
-
-def test_sampling_advances_the_objectives_rng_and_leaves_the_global_one(compose):
-    import torch
-
-    from mens.model.load import load_base, load_tokenizer
-    from mens.objective.sampling import generate, sampling_rng
-
-    rung = compose(["+rung=tiny", "+hw=cpu"]).rung
-    model, tok = load_base(rung), load_tokenizer(rung)
-    ask = [[{"role": "user", "content": "list the files"}]]
-    torch.manual_seed(5)
-    rng = sampling_rng(0, "cpu")
-    first = generate(model, tok, ask, 4, 8, rng=rng).texts
-    assert torch.equal(torch.get_rng_state(), torch.manual_seed(5).get_state())  # untouched
-    second = generate(model, tok, ask, 4, 8, rng=rng).texts
-    assert first != second                                    # the generator moved on
-    again = sampling_rng(0, "cpu")
-    assert generate(model, tok, ask, 4, 8, rng=again).texts == first
-    assert generate(model, tok, ask, 4, 8, rng=again).texts == second
 
 
 @pytest.mark.slow   # three tiny GRPO runs
