@@ -15,23 +15,11 @@ from mens.config.schema import GRPO_LOSSES as LOSS_TYPES   # one list: validatio
 from mens.config.schema import GRPO_SCALES as SCALES
 from mens.errors import ConfigError
 from mens.objective.base import Objective
+from mens.objective.grpo_window import held_out_counts, nanstd  # noqa: F401 (re-exported)
 from mens.objective.sampling import (Rollout, completion_logps, end_ids, generate,  # noqa: F401
                                      prompt_ids)
 
 STD_EPS = 1e-4          # TRL's: advantages / (std + 1e-4)
-
-
-def nanstd(x, dim=None):
-    """Unbiased std ignoring NaNs (NaN where fewer than 2 values), as TRL's trainer.utils."""
-    import torch
-
-    if dim is None:
-        x, dim = x.flatten(), 0
-    mean = torch.nanmean(x, dim=dim, keepdim=True)
-    var = torch.nanmean((x - mean) ** 2, dim=dim, keepdim=True)
-    n = (~torch.isnan(x)).sum(dim=dim, keepdim=True)
-    var = var * torch.where(n > 1, n / (n - 1), torch.full_like(var, math.nan))
-    return var.sqrt().squeeze(dim)
 
 
 def group_advantages(rewards, G: int, scale: str = "group", batch_std=None):
@@ -123,21 +111,6 @@ def grpo_loss(logps, old_logps, ref_logps, advantages, mask, beta: float = 0.0,
                    "clip_ratio/region_mean": masked_mean((low | high).to(mask.dtype)),
                    "kl": masked_mean(kl) if beta != 0.0 else math.nan}
     return loss, metrics
-
-
-def held_out_counts(rew) -> dict:
-    """A held-out measure's numbers from its Rewards (reward="partial"): `passed`, `failed`,
-    `unverified` (NaN: the oracle could not run here, neither pass nor fail), the pass rate
-    over the verified answers only (None when none is), the mean partial reward over the
-    answers it scored, and each answer's `passes` (1 | 0 | None) and `rewards` (None: NaN)."""
-    passes = [None if math.isnan(p) else int(p) for p in rew.passed]
-    passed, failed = passes.count(1), passes.count(0)
-    scored = [x for x in rew.partial if not math.isnan(x)]
-    return {"passed": passed, "failed": failed, "unverified": passes.count(None),
-            "pass_rate": passed / (passed + failed) if passed + failed else None,
-            "reward_mean": sum(scored) / len(scored) if scored else None,
-            "rewards": [None if math.isnan(x) else x for x in rew.partial], "passes": passes,
-            "timeouts": rew.metrics.get("oracle/timeouts", 0)}
 
 
 def prompt_head(rec: dict) -> list[dict]:

@@ -1,4 +1,5 @@
-"""One optimizer step of GRPO on one rank, and its health numbers under TRL's names.
+"""One optimizer step of GRPO on one rank, its health numbers under TRL's names, and the run's
+health: the held-out oracle counts and the summary's flags (`grpo_flags`).
 
 TRL's GRPOTrainer samples once per optimizer step: `_prepare_inputs` generates the whole
 generation batch (per_device_train_batch_size × processes × steps_per_generation, by default one
@@ -32,6 +33,19 @@ class Window:
     health: dict                       # the window's reward and length numbers, every rank
     sums: dict = field(default_factory=dict)   # loss metrics' token-weighted sums so far
     loss: float = 0.0                  # the step's loss so far (every rank's pieces)
+
+
+def nanstd(x, dim=None):
+    """Unbiased std ignoring NaNs (NaN where fewer than 2 values), as TRL's trainer.utils."""
+    import torch
+
+    if dim is None:
+        x, dim = x.flatten(), 0
+    mean = torch.nanmean(x, dim=dim, keepdim=True)
+    var = torch.nanmean((x - mean) ** 2, dim=dim, keepdim=True)
+    n = (~torch.isnan(x)).sum(dim=dim, keepdim=True)
+    var = var * torch.where(n > 1, n / (n - 1), torch.full_like(var, math.nan))
+    return var.sqrt().squeeze(dim)
 
 
 def moments(ctx, x):
@@ -90,7 +104,6 @@ def health(ctx, rewards, parts: dict, G: int, real, roll: Rollout) -> dict:
         out[f"rewards/{name}/mean"], out[f"rewards/{name}/std"] = mean_of(mv), std_of(mv)
     grouped = r.view(-1, G)
     real_groups = real.view(-1, G)[:, 0]
-    from mens.objective.grpo import nanstd
     std = nanstd(grouped, dim=1) if G > 1 else torch.zeros(grouped.shape[0])
     # TRL: isclose(std, 0) per row; a group of one verified reward has std NaN: no signal either
     zero = (torch.isclose(std, torch.zeros_like(std)) | torch.isnan(std)) & real_groups
@@ -129,6 +142,21 @@ def add_sums(win: Window, sums: dict, beta: float) -> dict:
     if beta == 0.0:
         out["kl"] = math.nan
     return out
+
+
+def held_out_counts(rew) -> dict:
+    """A held-out measure's numbers from its Rewards (reward="partial"): `passed`, `failed`,
+    `unverified` (NaN: the oracle could not run here, neither pass nor fail), the pass rate
+    over the verified answers only (None when none is), the mean partial reward over the
+    answers it scored, and each answer's `passes` (1 | 0 | None) and `rewards` (None: NaN)."""
+    passes = [None if math.isnan(p) else int(p) for p in rew.passed]
+    passed, failed = passes.count(1), passes.count(0)
+    scored = [x for x in rew.partial if not math.isnan(x)]
+    return {"passed": passed, "failed": failed, "unverified": passes.count(None),
+            "pass_rate": passed / (passed + failed) if passed + failed else None,
+            "reward_mean": sum(scored) / len(scored) if scored else None,
+            "rewards": [None if math.isnan(x) else x for x in rew.partial], "passes": passes,
+            "timeouts": rew.metrics.get("oracle/timeouts", 0)}
 
 
 HACK_RISE = 0.1        # the training reward's rise (last quarter − first quarter of the steps)
