@@ -145,7 +145,13 @@ class Grpo(Objective):
 
     The reference is scored inside the step: the base with the adapter disabled (lora, qlora),
     or a frozen copy of the initial weights (full, or a run from train.init_adapter, whose
-    reference is the SFT policy it starts from). grpo.beta=0: no reference at all."""
+    reference is the SFT policy it starts from). grpo.beta=0: no reference at all.
+
+    As TRL: one rollout per optimizer step for all its micro-batches (open_window), every loss
+    type's normaliser over the window and every rank. Unlike TRL: bnpo normalises by the
+    window's tokens (TRL: each micro-batch's, which its docs say varies with the micro-batch
+    size), so in mens bnpo equals dapo; frac_reward_zero_std is always the share of groups with
+    one reward (TRL, under scale_rewards=batch, tests the batch's std)."""
     name = "grpo"
     measures_held_out = True
 
