@@ -59,3 +59,26 @@ def test_a_resumed_grpo_run_equals_the_uninterrupted_one(compile_run, tmp_path):
     assert max((wa[k] - wb[k]).abs().max().item() for k in wa) <= 1e-6
     # steps draw different samples (the generator moves on): their entropies differ
     assert len({round(a[s]["entropy"], 6) for s in a}) == 4
+
+
+@pytest.mark.slow   # a real 2-process run (DDP on gloo, mens's launcher)
+def test_two_processes_keep_each_ranks_sampling_rng(mens_cli, tmp_path):
+    """Saving is a collective: every rank's generator state is gathered into last.ckpt (the
+    ranks draw differently: their states differ), and the window's collectives (token counts,
+    reward moments, length extremes) run in step on both ranks of a real Lightning DDP run."""
+    import json
+
+    import torch
+
+    run = tmp_path / "ddp"
+    res = mens_cli("mens", "+hw=cpu", "logger=csv", "train.seq_len=256", "curriculum=flat",
+               "train.eval_max_records=2", "lane=grpo", "spoke=structured_shell",
+               "train.max_steps=2", "train.micro_batch=1", "train.global_batch=4", "hw.devices=2",
+               "hw.strategy=ddp", "train.checkpoint_every=1", "lane.grpo.num_generations=2",
+               "lane.grpo.max_completion_length=16", f"hydra.run.dir={run}")
+    assert res.returncode == 0, res.stderr[-3000:]
+    states = torch.load(run / "checkpoints" / "last.ckpt",
+                        weights_only=False)["mens_objective"]["sampling_rng"]
+    assert len(states) == 2 and not torch.equal(states[0], states[1])
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["world_size"] == 2 and summary["grpo_flags"]["steps"] == 2
