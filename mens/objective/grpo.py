@@ -301,7 +301,9 @@ class Grpo(Objective):
                                            ("teacher", rew.teacher), ("format", rew.format))
                  if v is not None}
         numbers = health(ctx, rewards, parts, G, real, roll)
-        said = {k: float(v) for k, v in rew.metrics.items() if k.startswith("oracle/")
+        # the judge's own counts (oracle/*, teacher/*: this rank's); the reward numbers are
+        # health's, over every rank
+        said = {k: float(v) for k, v in rew.metrics.items() if k not in numbers
                 and isinstance(v, (int, float)) and not isinstance(v, bool)}
         numbers.update({**said, "prompts/repeated": float(len(flat) - sum(real_p)),
                         "prompts/truncated": float(roll.truncated)})
