@@ -221,6 +221,8 @@ class GrpoConfig:
     # the server's log-probs correct the loss as TRL's vllm_importance_sampling_* do
     importance_sampling_mode: str = "sequence_mask"   # token|sequence _ truncate|mask (TRL's)
     importance_sampling_clip_max: float = 3.0          # TRL's C_max (vllm_importance_sampling_cap)
+    use_bias_correction_kl: bool = True   # the KL term × the ratio (TRL 1.16's default, True
+    #                                  since huggingface/trl#6503; False in TRL before it)
 
 
 @dataclass

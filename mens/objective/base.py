@@ -30,13 +30,17 @@ class Step:
     model: the policy (an objective that scores a reference inside the step disables its
         adapter or keeps its own frozen copy).
     group: the optimizer step this micro-batch belongs to, (epoch, accumulation group); the
-        same for every micro-batch of one step. None: each micro-batch is a step of its own."""
+        same for every micro-batch of one step. None: each micro-batch is a step of its own.
+    accum: micro-batches per optimizer step (Lightning divides each one's loss by it)."""
     logps: Callable
     lm_loss: Callable
     world: int
     all_sum: Callable
     model: object = None
     group: object = None
+    rank: int = 0                 # this process's index among `world`
+    all_max: Callable = None      # t's element-wise max over ranks (a collective; None: t)
+    accum: int = 1
 
 
 class Objective:
@@ -83,6 +87,14 @@ class Objective:
         """One micro-batch → (loss to backward, {metric name: detached scalar}). The metrics
         hold `loss`: the value logged as train/loss (under accumulation, the step's)."""
         raise NotImplementedError
+
+    def state_dict(self) -> dict:
+        """What a checkpoint keeps of the objective (grpo: its sampling RNG). Called on every
+        rank (MensModule.on_save_checkpoint): it may be a collective."""
+        return {}
+
+    def load_state_dict(self, state: dict) -> None:
+        """A resumed run's objective state, as state_dict() saved it."""
 
     def over_step(self, ctx: Step, metrics: dict) -> dict:
         """This micro-batch's logged numbers (0-d tensors) → its optimizer step's so far: each

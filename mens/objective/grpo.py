@@ -16,30 +16,20 @@ from mens.config.schema import GRPO_SCALES as SCALES
 from mens.errors import ConfigError
 from mens.objective.base import Objective
 from mens.objective.rollout_server import importance
+from mens.objective.grpo_window import held_out_counts, nanstd  # noqa: F401 (re-exported)
 from mens.objective.sampling import (Rollout, completion_logps, end_ids, generate,  # noqa: F401
                                      prompt_ids)
 
 STD_EPS = 1e-4          # TRL's: advantages / (std + 1e-4)
 
 
-def nanstd(x, dim=None):
-    """Unbiased std ignoring NaNs (NaN where fewer than 2 values), as TRL's trainer.utils."""
-    import torch
-
-    if dim is None:
-        x, dim = x.flatten(), 0
-    mean = torch.nanmean(x, dim=dim, keepdim=True)
-    var = torch.nanmean((x - mean) ** 2, dim=dim, keepdim=True)
-    n = (~torch.isnan(x)).sum(dim=dim, keepdim=True)
-    var = var * torch.where(n > 1, n / (n - 1), torch.full_like(var, math.nan))
-    return var.sqrt().squeeze(dim)
-
-
-def group_advantages(rewards, G: int, scale: str = "group"):
+def group_advantages(rewards, G: int, scale: str = "group", batch_std=None):
     """(N,) rewards, grouped G by G → (N,) advantages: reward minus its group's mean, divided
     by the group's (scale="group") or the whole batch's ("batch") std + 1e-4; "none": centred
     only (Dr. GRPO). A NaN reward (unverified: no oracle here) is left out of its group's mean
-    and std and gets advantage 0, as TRL treats a completion no reward function could score."""
+    and std and gets advantage 0, as TRL treats a completion no reward function could score.
+    batch_std: the batch's std when the batch spans ranks (TRL gathers every process's rewards
+    before scaling; a group never spans ranks: its G samples are drawn together on one)."""
     import torch
 
     if scale not in SCALES:
@@ -49,6 +39,8 @@ def group_advantages(rewards, G: int, scale: str = "group"):
     adv = rewards - torch.nanmean(grouped, dim=1).repeat_interleave(G)  # (N,)
     if scale == "group":
         std = nanstd(grouped, dim=1).repeat_interleave(G) if G > 1 else torch.zeros_like(rewards)
+    elif batch_std is not None:
+        std = torch.as_tensor(batch_std, dtype=rewards.dtype).expand_as(rewards)
     else:
         std = nanstd(rewards).expand_as(rewards) if rewards.numel() > 1 else \
             torch.zeros_like(rewards)
@@ -60,21 +52,26 @@ def group_advantages(rewards, G: int, scale: str = "group"):
 def grpo_loss(logps, old_logps, ref_logps, advantages, mask, beta: float = 0.0,
               epsilon_low: float = 0.2, epsilon_high: float | None = None,
               loss_type: str = "dapo", max_completion_length: int | None = None,
-              num_items: float | None = None, bias_correction_kl: bool = True,
+              num_items: float | None = None, num_sequences: float | None = None,
+              bias_correction_kl: bool = True,
               importance_weights=None):
     """The clipped surrogate of GRPO on (N, T) per-token log-probs → (loss, metrics).
 
     old_logps: the sampling policy's (None: one update per generation, = logps.detach());
     ref_logps: the reference's (None iff beta == 0); advantages (N,); mask (N, T) of 0/1.
     Per token: −min(r·A, clip(r, 1−ε_low, 1+ε_high)·A) + β·r·(exp(ref−logp) − (ref−logp) − 1),
-    r = exp(logp − old): the k3 KL estimator, times r when bias_correction_kl (TRL 1.x's default
-    `use_bias_correction_kl=True`: the unbiased reverse-KL gradient; r is 1 in value on-policy
-    but still carries a gradient). Reduced by loss_type: grpo: each row's mean, then the batch
-    mean; bnpo: over all tokens; dr_grpo: sum / (N · max_completion_length); dapo (TRL's
-    default): sum / num_items, the active tokens of one accumulation window (default
-    mask.sum()). No gradient-accumulation division here (the loop owns it).
-    importance_weights: (N, T) or (N, 1), the server-sampling correction (TRL's vLLM one,
-    mens.objective.rollout_server.importance), multiplying the surrogate before the KL term.
+    r = exp(logp − old): the k3 KL estimator, times r when bias_correction_kl (TRL 1.16's
+    `use_bias_correction_kl`, default True since huggingface/trl#6503; False before it: the
+    unbiased reverse-KL gradient; r is 1 in value on-policy but still carries a gradient).
+
+    Reduced by loss_type over a normaliser: num_items (the active tokens; default this call's
+    mask.sum()) for dapo and bnpo, num_sequences (default this call's N) for grpo (each row's
+    token mean, summed) and dr_grpo (sum / (num_sequences · max_completion_length)). The Grpo
+    objective passes the whole optimizer step's counts over every rank (see Grpo.step) and
+    scales for Lightning's accumulation and DDP's mean; with the defaults this is TRL's loss on
+    one micro-batch. importance_weights: (N, T) or (N, 1), the server-sampling correction
+    (TRL's vLLM one, mens.objective.rollout_server.importance), multiplying the surrogate before
+    the KL term.
     """
     import torch
 
@@ -98,17 +95,17 @@ def grpo_loss(logps, old_logps, ref_logps, advantages, mask, beta: float = 0.0,
         if bias_correction_kl:
             kl = kl * ratio
         per_token = per_token + beta * kl
+    seqs = per_token.size(0) if num_sequences is None else num_sequences
+    items = mask.sum() if num_items is None else num_items
+    items = torch.as_tensor(items, dtype=mask.dtype, device=mask.device).clamp(min=1.0)
     if loss_type == "grpo":
-        loss = ((per_token * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)).mean()
-    elif loss_type == "bnpo":
-        loss = (per_token * mask).sum() / mask.sum().clamp(min=1.0)
+        loss = ((per_token * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)).sum() / max(seqs, 1)
     elif loss_type == "dr_grpo":
         if not max_completion_length:
             raise ValueError("loss_type dr_grpo needs max_completion_length")
-        loss = (per_token * mask).sum() / (per_token.size(0) * max_completion_length)
-    else:
-        norm = mask.sum() if num_items is None else torch.as_tensor(num_items, dtype=mask.dtype)
-        loss = (per_token * mask).sum() / norm.clamp(min=1.0)
+        loss = (per_token * mask).sum() / (max(seqs, 1) * max_completion_length)
+    else:            # dapo, bnpo: over active tokens (see Grpo.step for bnpo's window)
+        loss = (per_token * mask).sum() / items
 
     def masked_mean(x):
         return ((x * mask).sum() / mask.sum().clamp(min=1.0)).item()
@@ -154,16 +151,25 @@ class Grpo(Objective):
 
     The reference is scored inside the step: the base with the adapter disabled (lora, qlora),
     or a frozen copy of the initial weights (full, or a run from train.init_adapter, whose
-    reference is the SFT policy it starts from). grpo.beta=0: no reference at all."""
+    reference is the SFT policy it starts from). grpo.beta=0: no reference at all.
+
+    As TRL: one rollout per optimizer step for all its micro-batches (open_window), every loss
+    type's normaliser over the window and every rank. Unlike TRL: bnpo normalises by the
+    window's tokens (TRL: each micro-batch's, which its docs say varies with the micro-batch
+    size), so in mens bnpo equals dapo; frac_reward_zero_std is always the share of groups with
+    one reward (TRL, under scale_rewards=batch, tests the batch's std)."""
     name = "grpo"
     measures_held_out = True
 
     def __init__(self, spec):
         super().__init__(spec)
-        self.calls = 0                         # steps sampled so far (the sampling seed's offset)
         self.records, self.tokenizer, self.encoder, self.ref_model = {}, None, None, None
         self.teacher = None                    # grpo.reward=teacher: built once, in bind
-        self.said_truncated = False
+        self.said_truncated = self.said_repeated = False
+        self.win = None                        # this optimizer step's rollout (grpo_window)
+        # the sampling RNG: a generator of its own per rank, seeded from train.seed at the first
+        # step (or a checkpoint's state), advanced by sampling only: never the global RNG
+        self.rng, self.saved_rng, self.ranks = None, None, (0, 1, None)
         self.server = None                     # generation=server: mens.objective.rollout_server
 
     def bind(self, model, tokenizer, records: list, encoder=None) -> None:
@@ -200,9 +206,9 @@ class Grpo(Objective):
             return completion_logps(ref, input_ids, attention_mask, cmask, self.lane.grpo.temperature)
 
     def held_out(self, model, records: list, batch: int = 8) -> dict:
-        """Greedy answers to the held-out prompts, scored by the spoke's oracle: the pass rate
-        and the mean partial reward (the share of an answer's pieces that pass) — what GRPO
-        trains toward, measured before and after training (mens.train.run)."""
+        """Greedy answers to the held-out prompts, scored by the spoke's oracle (held_out_counts:
+        unverified answers apart, the pass rate over the verified) — what GRPO trains toward,
+        measured before and after training (mens.train.run)."""
         from mens.objective.rewards import oracle_rewards
 
         T = int(self.lane.grpo.max_completion_length)
@@ -216,65 +222,166 @@ class Grpo(Objective):
         rew = oracle_rewards(check, records, heads, texts, reward="partial",
                              timeout_s=float(self.lane.grpo.oracle_timeout_s),
                              syntax=self.tool_syntax())
-        return {"n": len(texts), "check": check, "passed": int(sum(rew.passed)),
-                "pass_rate": sum(rew.passed) / len(texts) if texts else None,
-                "reward_mean": sum(rew.partial) / len(texts) if texts else None,
-                "rewards": list(rew.partial), "answers": texts,
-                "timeouts": rew.metrics.get("oracle/timeouts", 0),
-                "unverified": rew.metrics.get("oracle/unverified", 0)}
+        return {"n": len(texts), "check": check, **held_out_counts(rew), "answers": texts}
 
-    def step(self, ctx, batch: dict):
+    def state_dict(self) -> dict:
+        """Every rank's sampling RNG state (gathered: a collective, as saving is), so a resumed
+        run draws what the uninterrupted one would have."""
         import torch
 
+        if self.rng is None:
+            return {} if self.saved_rng is None else {"sampling_rng": self.saved_rng}
+        rank, world, all_sum = self.ranks
+        state = self.rng.get_state()
+        if world == 1:
+            return {"sampling_rng": [state]}
+        buf = torch.zeros(world, state.numel(), dtype=torch.int32)
+        buf[rank] = state.to(torch.int32)
+        buf = all_sum(buf)
+        return {"sampling_rng": [row.to(torch.uint8) for row in buf]}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.saved_rng, self.rng = state.get("sampling_rng"), None
+
+    def sampler(self, ctx, device):
+        """This rank's sampling generator: a checkpoint's state, else seeded from train.seed
+        (and the rank, so that ranks draw differently)."""
+        from mens.objective.sampling import sampling_rng
+
+        self.ranks = (ctx.rank, ctx.world, ctx.all_sum)
+        if self.rng is None:
+            self.rng = sampling_rng(int(self.spec.train.seed) + 7919 * ctx.rank, device)
+            if self.saved_rng is not None and ctx.rank < len(self.saved_rng):
+                self.rng.set_state(self.saved_rng[ctx.rank])
+        return self.rng
+
+    def rollout(self, model, heads: list, G: int, T: int, tools: list) -> Rollout:
+        """G samples of each prompt (the one place GRPO generates): in-process `generate` from
+        this rank's sampling RNG, or the server's (lane.grpo.generation=server) seeded from it."""
+        import torch
+
+        grpo = self.lane.grpo
+        if self.server is not None:
+            seed = int(torch.randint(0, 2 ** 31 - 1, (1,), generator=self.rng))
+            return self.server.generate(model, self.tokenizer, heads, G, T,
+                                        temperature=float(grpo.temperature), seed=seed,
+                                        encoder=self.encoder, tools=tools,
+                                        max_prompt_tokens=int(self.spec.train.seq_len) - T)
+        return generate(model, self.tokenizer, heads, G, T, temperature=float(grpo.temperature),
+                        rng=self.rng, encoder=self.encoder,
+                        max_prompt_tokens=int(self.spec.train.seq_len) - T, tools=tools)
+
+    def score(self, recs: list, heads: list, texts: list, G: int):
+        """Rewards of the window's answers (mens.objective.rewards.Rewards), G per record."""
         from mens.objective.rewards import oracle_rewards
 
         grpo = self.lane.grpo
-        G = int(grpo.num_generations)
-        recs = [self.records[i] for i in batch["record_ids"]]           # B prompts
+        return oracle_rewards(self.spec.spoke.admission.check, [r for r in recs for _ in range(G)],
+                              [h for h in heads for _ in range(G)], texts, reward=grpo.reward,
+                              format_weight=float(grpo.format_reward),
+                              timeout_s=float(grpo.oracle_timeout_s), teacher=self.teacher,
+                              syntax=self.tool_syntax())
+
+    def open_window(self, ctx, batch: dict):
+        """Sample, score and normalise every micro-batch of this optimizer step at once (see
+        mens.objective.grpo_window): the rows, advantages and each loss type's normaliser."""
+        import torch
+
+        from mens.objective.grpo_window import Window, health, moments, std_of
+
+        grpo = self.lane.grpo
+        G, T = int(grpo.num_generations), int(grpo.max_completion_length)
+        micro = batch.get("window") or [[(i, False) for i in batch["record_ids"]]]
+        flat = [x for mb in micro for x in mb]
+        recs = [self.records[i] for i, _ in flat]
         heads = [prompt_head(r) for r in recs]
-        model = ctx.model
-        T = int(grpo.max_completion_length)
-        sample = self.server.generate if self.server is not None else generate
-        roll = sample(model, self.tokenizer, heads, G, T, temperature=float(grpo.temperature),
-                        seed=int(self.spec.train.seed) + 1000 * self.calls, encoder=self.encoder,
-                        max_prompt_tokens=int(self.spec.train.seq_len) - T,
-                        tools=[r.get("tools") for r in recs])
-        self.calls += 1
+        self.sampler(ctx, next(ctx.model.parameters()).device)
+        roll = self.rollout(ctx.model, heads, G, T, [r.get("tools") for r in recs])
+        real_p = [not rep for _, rep in flat]
+        real = torch.tensor(real_p).repeat_interleave(G)                        # (N,)
+        keep = [i for i, ok in enumerate(real.tolist()) if ok]
+        rew = self.score([r for r, ok in zip(recs, real_p) if ok],
+                         [h for h, ok in zip(heads, real_p) if ok], [roll.texts[i] for i in keep], G)
+
+        def spread(vals):    # the real rows' values in place, NaN on a repeat's (never judged)
+            out = [math.nan] * len(real)
+            for i, v in zip(keep, vals):
+                out[i] = v
+            return out
+        rewards = torch.tensor(spread(rew.total), dtype=torch.float32)          # (N,)
+        batch_std = std_of(moments(ctx, rewards)) if grpo.scale_rewards == "batch" else None
+        adv = group_advantages(rewards, G, grpo.scale_rewards, batch_std=batch_std)
+        device = roll.completion_ids.device
+        loss_mask = roll.completion_mask * real.to(device)[:, None]             # (N, T)
+        counts = torch.stack([loss_mask.sum().double(), real.sum().double()])
+        counts = ctx.all_sum(counts) if ctx.world > 1 else counts
+        parts = {k: spread(v) for k, v in (("pass", rew.passed), ("partial", rew.partial),
+                                           ("teacher", rew.teacher), ("format", rew.format))
+                 if v is not None}
+        numbers = health(ctx, rewards, parts, G, real, roll)
+        # the judge's own counts (oracle/*, teacher/*: this rank's); the reward numbers are
+        # health's, over every rank
+        said = {k: float(v) for k, v in rew.metrics.items() if k not in numbers
+                and isinstance(v, (int, float)) and not isinstance(v, bool)}
+        numbers.update({**said, "prompts/repeated": float(len(flat) - sum(real_p)),
+                        "prompts/truncated": float(roll.truncated)})
+        spans, start = [], 0
+        for mb in micro:
+            spans.append((start, start + G * len(mb)))
+            start += G * len(mb)
+        self.say(roll, len(flat) - sum(real_p))
+        return Window(ctx.group, roll, adv.to(device), loss_mask, spans, float(counts[0]),
+                      float(counts[1]), numbers)
+
+    def say(self, roll, repeated: int) -> None:
+        seq, T = int(self.spec.train.seq_len), int(self.lane.grpo.max_completion_length)
         if roll.truncated and not self.said_truncated:   # loud once, counted every step
             self.said_truncated = True
             print(f"mens: note: grpo: {roll.truncated} prompt(s) of this batch cut to their last "
-                  f"{int(self.spec.train.seq_len) - T} tokens (train.seq_len − "
-                  f"max_completion_length); counted as prompts/truncated", file=sys.stderr)
-        rew = oracle_rewards(self.spec.spoke.admission.check,
-                             [r for r in recs for _ in range(G)],
-                             [h for h in heads for _ in range(G)], roll.texts,
-                             reward=grpo.reward, format_weight=float(grpo.format_reward),
-                             timeout_s=float(grpo.oracle_timeout_s), teacher=self.teacher,
-                             syntax=self.tool_syntax())
-        device = roll.completion_ids.device
-        rewards = torch.tensor(rew.total, dtype=torch.float32, device=device)     # (N,)
-        adv = group_advantages(rewards, G, grpo.scale_rewards)                    # (N,)
-        ids, mask, cmask = roll.input_ids, roll.attention_mask, roll.completion_mask
-        logps = completion_logps(model, ids, mask, cmask, float(grpo.temperature))  # (N, T)
+                  f"{seq - T} tokens (train.seq_len − max_completion_length); counted as "
+                  f"prompts/truncated", file=sys.stderr)
+        if repeated and not self.said_repeated:
+            self.said_repeated = True
+            print(f"mens: note: grpo: {repeated} prompt(s) repeated to even out the ranks are "
+                  f"sampled with their step but neither judged nor trained nor counted; counted "
+                  f"as prompts/repeated", file=sys.stderr)
+
+    def step(self, ctx, batch: dict):
+        """One micro-batch of the step's window (opened at its first micro-batch). Lightning
+        backwards loss / accum and DDP averages over ranks: the loss handed back is this
+        micro-batch's share of the window's loss × accum × world, so the step's gradient is the
+        window's loss's over every rank (as MensModule.token_weighted_loss does for SFT)."""
+        import torch
+
+        from mens.objective.grpo_window import add_sums, loss_sums
+
+        grpo = self.lane.grpo
+        pos = int(batch.get("window_pos", 0))
+        if pos == 0 or self.win is None or self.win.key != ctx.group or ctx.group is None:
+            self.win = self.open_window(ctx, batch)
+        win = self.win
+        a, b = win.spans[pos]
+        roll, model = win.roll, ctx.model
+        ids, mask = roll.input_ids[a:b], roll.attention_mask[a:b]
+        cmask, lmask = roll.completion_mask[a:b], win.loss_mask[a:b]
+        logps, entropy = completion_logps(model, ids, mask, cmask, float(grpo.temperature),
+                                          entropy=True)                       # (n, T) each
         ref = self.reference(model, ids, mask, cmask)
-        w, sampled = importance(roll, logps, cmask, grpo)     # server rollouts: TRL's correction
-        loss, m = grpo_loss(logps, None, ref, adv, cmask, beta=float(grpo.beta),
+        w, sampled = importance(roll, logps, cmask, grpo, rows=(a, b))   # server rollouts
+        loss, m = grpo_loss(logps, None, ref, win.advantages[a:b], lmask, beta=float(grpo.beta),
                             epsilon_low=float(grpo.epsilon), epsilon_high=grpo.epsilon_high,
                             loss_type=grpo.loss_type,
                             max_completion_length=int(grpo.max_completion_length),
+                            num_items=win.num_items, num_sequences=win.num_sequences,
+                            bias_correction_kl=bool(grpo.use_bias_correction_kl),
                             importance_weights=w)
-        grouped = rewards.view(-1, G)
-        lengths = torch.tensor(roll.lengths, dtype=torch.float32)
-        numeric = {k: v for k, v in rew.metrics.items()
-                   if isinstance(v, (int, float)) and not isinstance(v, bool)}
-        metrics = {"loss": loss.detach(), **{k: torch.tensor(float(v)) for k, v in m.items()},
-                   **{k: torch.tensor(float(v)) for k, v in numeric.items()},
-                   "reward_std": torch.nan_to_num(nanstd(grouped, dim=1)).mean(),
-                   "completions/mean_length": lengths.mean(),
-                   "completions/clipped_ratio": torch.tensor(1.0 - sum(roll.eos) / len(roll.eos)),
-                   "completion_tokens": torch.tensor(float(sum(roll.lengths))),
-                   # the rows' length this step (prompt width + completion width ≤ seq_len): a
+        piece = loss.detach().double()
+        win.loss += float(ctx.all_sum(piece) if ctx.world > 1 else piece)
+        means = add_sums(win, loss_sums(ctx, lmask, m, entropy), float(grpo.beta))
+        metrics = {"loss": torch.tensor(win.loss),
+                   **{k: torch.tensor(float(v)) for k, v in {**win.health, **means}.items()},
+                   "completion_tokens": torch.tensor(float(lmask.sum())),
+                   # the rows' length (prompt width + completion width ≤ seq_len): a
                    # calibration record of grpo is measured at its longest (mens.calibrate)
-                   "rows/length": torch.tensor(float(ids.shape[1])),
-                   "prompts/truncated": torch.tensor(float(roll.truncated)), **sampled}
-        return loss, metrics
+                   "rows/length": torch.tensor(float(ids.shape[1])), **sampled}
+        return loss * (ctx.accum * ctx.world), metrics

@@ -63,15 +63,17 @@ class ServerRollout(Rollout):
     generate_s: float = math.nan                   # the HTTP round trip of the generation
 
 
-def importance(roll, logps, mask, grpo):
+def importance(roll, logps, mask, grpo, rows: tuple | None = None):
     """TRL's vLLM importance-sampling correction → (weights (N, T) or (N, 1), metrics), or
     (None, {}) for an in-process rollout. logps: the trainer's (N, T), detached here (TRL's
-    old_per_token_logps: the same weights, computed without grad)."""
+    old_per_token_logps: the same weights, computed without grad); rows: (a, b), the rollout's
+    rows logps covers (one micro-batch of the step's window), else all of them."""
     import torch
 
     if getattr(roll, "sampling_logps", None) is None:
         return None, {}
-    old, sampled = logps.detach(), roll.sampling_logps.to(logps.device, logps.dtype)
+    sampled = roll.sampling_logps if rows is None else roll.sampling_logps[rows[0]:rows[1]]
+    old, sampled = logps.detach(), sampled.to(logps.device, logps.dtype)
     m = mask.bool()
     diff = torch.nan_to_num((old - sampled) * mask, nan=0.0)           # (N, T)
     mode, cap = grpo.importance_sampling_mode, float(grpo.importance_sampling_clip_max)

@@ -55,16 +55,49 @@ def prompt_ids(tokenizer, messages: list[dict], encoder=None, tools=None) -> lis
     return tokenizer.encode(text, add_special_tokens=False)
 
 
+def sampling_rng(seed: int, device) -> "torch.Generator":
+    """A generator of the device's own kind (CPU, CUDA and MPS states differ), seeded."""
+    import torch
+    return torch.Generator(device=device).manual_seed(seed)
+
+
+class _Stream:
+    """Within: the device's default RNG holds `rng`'s state (transformers' `generate` samples
+    from the default RNG and takes no generator); after: `rng` has advanced by what sampling
+    drew, and the process's global RNG is as it was before (torch.random.fork_rng)."""
+    def __init__(self, rng, device):
+        import torch
+        self.rng, self.device = rng, torch.device(device)
+        kind = self.device.type
+        self.fork = torch.random.fork_rng(devices=[] if kind == "cpu" else [self.device.index or 0],
+                                          device_type="cuda" if kind == "cpu" else kind)
+        mod = getattr(torch, kind, None)
+        self.get, self.set = ((torch.get_rng_state, torch.set_rng_state) if kind == "cpu" else
+                              (lambda: mod.get_rng_state(self.device),
+                               lambda s: mod.set_rng_state(s, self.device)) if kind == "cuda" else
+                              (mod.get_rng_state, mod.set_rng_state))
+
+    def __enter__(self):
+        self.fork.__enter__()
+        self.set(self.rng.get_state())
+
+    def __exit__(self, *exc):
+        self.rng.set_state(self.get())
+        return self.fork.__exit__(*exc)
+
+
 def generate(model, tokenizer, prompts: list[list[dict]], G: int, max_new_tokens: int,
              temperature: float = 1.0, top_p: float = 1.0, seed: int = 0,
              encoder=None, max_prompt_tokens: int | None = None, greedy: bool = False,
-             tools: list | None = None) -> Rollout:
+             tools: list | None = None, rng=None) -> Rollout:
     """G samples of each chat prompt with transformers' `generate` (left padding, no top-k, as
     TRL's GRPOTrainer samples), stopping at the end tokens; seeded. A prompt longer than
     max_prompt_tokens keeps its last tokens (TRL's max_prompt_length cuts from the left too):
     a row is then at most max_prompt_tokens + max_new_tokens, the length the planner plans.
     greedy: one argmax answer per prompt (G must be 1; the held-out measure), no sampling.
-    tools: per prompt, its record's tool schemas (None: none)."""
+    tools: per prompt, its record's tool schemas (None: none). rng: the torch.Generator to
+    sample from (the objective's, advanced by this call; sampling_rng makes one), else one
+    seeded from `seed` for this call. Either way the global RNG is left as it was."""
     import torch
     from transformers import GenerationConfig
 
@@ -90,8 +123,10 @@ def generate(model, tokenizer, prompts: list[list[dict]], G: int, max_new_tokens
                               **sampling)
     was_training = model.training
     model.eval()
-    torch.manual_seed(seed)
-    with torch.no_grad():
+    import contextlib
+    if rng is None and not greedy:
+        rng = sampling_rng(seed, device)
+    with torch.no_grad(), (contextlib.nullcontext() if greedy else _Stream(rng, device)):
         seqs = model.generate(input_ids=ids, attention_mask=mask, generation_config=config)
     model.train(was_training)
     completion = seqs[:, width:]                                            # (N, T)
@@ -109,9 +144,12 @@ def generate(model, tokenizer, prompts: list[list[dict]], G: int, max_new_tokens
                    texts, lengths, is_end.any(1).tolist(), G, cut)
 
 
-def completion_logps(model, input_ids, attention_mask, completion_mask, temperature: float = 1.0):
+def completion_logps(model, input_ids, attention_mask, completion_mask, temperature: float = 1.0,
+                     entropy: bool = False):
     """(N, T) log-probs of the completion tokens (the last T = completion_mask.shape[1] columns
-    of input_ids) under `model`, logits divided by the sampling temperature as TRL does."""
+    of input_ids) under `model`, logits divided by the sampling temperature as TRL does.
+    entropy: also the (N, T) entropy of each position's distribution (no grad; TRL's
+    `entropy` metric), 0 past the end."""
     import torch
 
     T = completion_mask.shape[1]
@@ -120,4 +158,9 @@ def completion_logps(model, input_ids, attention_mask, completion_mask, temperat
                    logits_to_keep=T + 1).logits[:, :-1, :] / temperature   # (N, T, V)
     logps = torch.log_softmax(logits.float(), dim=-1)
     out = logps.gather(-1, input_ids[:, -T:].unsqueeze(-1)).squeeze(-1)   # (N, T)
-    return out.masked_fill(completion_mask == 0, 0.0)     # 0 past the end, as TRL's fused head
+    out = out.masked_fill(completion_mask == 0, 0.0)      # 0 past the end, as TRL's fused head
+    if not entropy:
+        return out
+    with torch.no_grad():
+        ent = -(logps.exp() * logps).sum(-1).masked_fill(completion_mask == 0, 0.0)  # (N, T)
+    return out, ent

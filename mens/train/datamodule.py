@@ -54,7 +54,7 @@ class _Keyed(torch.utils.data.Dataset):
 
     def __getitem__(self, key):
         i, group, tokens = key
-        return self.items[i], group, tokens
+        return self.items[i], group, tokens, i
 
     def __len__(self):
         return len(self.items)
@@ -127,7 +127,23 @@ class MensData(L.LightningDataModule):
         batch = self.collate_items([k[0] for k in keyed])
         batch["step_group"] = torch.tensor(keyed[0][1])
         batch["step_tokens"] = torch.tensor(keyed[0][2])
+        if self.prompts:
+            self.window(batch, keyed)
         return batch
+
+    def window(self, batch, keyed) -> None:
+        """grpo samples once per optimizer step for every micro-batch of its accumulation group,
+        as TRL's GRPOTrainer generates one generation batch per step (_prepare_inputs): each
+        micro-batch carries its group's prompts on this rank, `window` (per micro-batch, its
+        (record id, is a rank's repeat) pairs), and its own place in it, `window_pos`."""
+        from mens.train.strategy import Repeat
+
+        sampler, items = self.loader_state
+        g, first = keyed[0][1], keyed[0][3]
+        group = sampler.batches[g * sampler.accum:(g + 1) * sampler.accum]
+        batch["window"] = [[(items[i].item.record_id, True) if isinstance(items[i], Repeat)
+                            else (items[i].record_id, False) for i in b] for b in group]
+        batch["window_pos"] = next(k for k, b in enumerate(group) if b and b[0] == first)
 
     def collate_items(self, items):
         from mens.train.strategy import Repeat
@@ -160,7 +176,7 @@ class MensData(L.LightningDataModule):
             longest = max(len(x) for x in items)
             batch = pad_batch(items, min(longest, self.spec.train.seq_len))
             real = int(batch["attention_mask"].sum())
-            if self.prompts:
+            if self.prompts:   # a rank's repeats: MensData.window marks them
                 batch["record_ids"] = [x.record_id for x in items]
         else:
             batch = collate(items, self.mask_dtype, mask=self.block_mask)
@@ -179,8 +195,10 @@ class MensData(L.LightningDataModule):
         t = self.spec.train
         # pairs (dpo) average over pairs, not tokens: no token totals needed
         tokens = None if self.pairs else [supervised_tokens(x, t.seq_len) for x in items]
-        return ResumableLoader(items, t.micro_batch, self.collate, self.position,
-                               accum=t.grad_accum, tokens=tokens)
+        loader = ResumableLoader(items, t.micro_batch, self.collate, self.position,
+                                 accum=t.grad_accum, tokens=tokens)
+        self.loader_state = (loader.batch_sampler, items)   # grpo's windows (MensData.window)
+        return loader
 
     def val_dataloader(self):
         """One loader per held-out set (eval, collateral), batched as evaluate.eval_loss

@@ -208,11 +208,15 @@ def objective_held_out(objective, model, spec, tel, which: str) -> dict | None:
             f"{k} {v:.4f}" for k, v in out.items() if isinstance(v, float)), file=sys.stderr)
         return {"spoke": name, **out}
     tel.emit(Event.EVAL, model=which, split=ORACLE, spoke=name, records=out["n"],
-             check=out["check"], passed=out["passed"], pass_rate=out["pass_rate"],
+             check=out["check"], passed=out["passed"], failed=out.get("failed"),
+             unverified=out.get("unverified", 0), pass_rate=out["pass_rate"],
              reward_mean=out["reward_mean"])
+    unverified = out.get("unverified", 0)
+    mean = "n/a" if out["reward_mean"] is None else f"{out['reward_mean']:.3f}"
     print(f"mens: {which} on held-out {name}: greedy answers pass the oracle ({out['check']}) "
-          f"{out['passed']}/{out['n']}, mean partial reward {out['reward_mean']:.3f}",
-          file=sys.stderr)
+          f"{out['passed']}/{out['n']}, mean partial reward {mean}"
+          + (f"; {unverified} unverified (the oracle cannot run here: neither pass nor fail, "
+             f"left out of the pass rate)" if unverified else ""), file=sys.stderr)
     return {"spoke": name, **out}
 
 
@@ -220,6 +224,28 @@ def oracle_from_telemetry(rows: list[dict]) -> dict | None:
     """A resumed run's held-out oracle numbers of the base, from the first run's EVAL row."""
     for r in rows:
         if r["event"] == Event.EVAL and r.get("split") == ORACLE and r["model"] == "base":
-            return {k: r.get(k) for k in ("spoke", "check", "passed", "pass_rate", "reward_mean")
-                    } | {"n": r.get("records")}
+            return {k: r.get(k) for k in ("spoke", "check", "passed", "failed", "unverified",
+                                          "pass_rate", "reward_mean")} | {"n": r.get("records")}
     return None
+
+
+def health_flags(steps: list, before, after, tel) -> dict:
+    """summary.json's `grpo_flags` (mens.objective.grpo_window.flags): each raised flag said
+    loudly on stderr and kept as a NOTE row."""
+    from mens.objective.grpo_window import flags
+
+    out = flags(steps, before, after)
+    said = {"reward_rose_oracle_pass_did_not":
+            f"the training reward rose by {out['reward_rise'] or 0:.3f} while the held-out "
+            f"oracle pass rate did not (gain {out['pass_gain'] or 0:+.3f}, 95% interval "
+            f"{out['pass_gain_ci95']}): reward hacking is likely; read held_out_oracle.json",
+            "most_groups_have_one_reward":
+            f"on average {out['mean_frac_reward_zero_std'] or 0:.0%} of the groups had one "
+            f"reward for all their samples (no learning signal): raise num_generations or "
+            f"temperature, or start from a policy that passes sometimes"}
+    for key, text in said.items():
+        if out[key]:
+            import sys
+            print(f"mens: WARNING: grpo: {text}", file=sys.stderr)
+            tel.emit(Event.NOTE, detail=f"grpo_flags.{key}: {text}")
+    return out

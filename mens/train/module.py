@@ -130,7 +130,9 @@ class MensModule(L.LightningModule):
             return self.token_weighted_loss(batch, group, group_tokens, world, accum)
         return Step(logps=lambda batch: sequence_logps(self.model, batch, self.chunked),
                     lm_loss=causal, world=world, all_sum=all_sum, model=self.model,
-                    group=None if group is None else (self.current_epoch, int(group)))
+                    group=None if group is None else (self.current_epoch, int(group)),
+                    rank=self.global_rank if self._trainer is not None else 0,
+                    all_max=all_max, accum=accum)
 
     def token_weighted_loss(self, batch, group, group_tokens, world: int, accum: int):
         """(loss to backward, the step's token mean so far) under accumulation or several ranks.
@@ -194,12 +196,30 @@ class MensModule(L.LightningModule):
                                     if k in trainable}
         checkpoint["mens_rng"] = {"torch": torch.get_rng_state(), "python": random.getstate()}
         checkpoint["mens_world_size"] = self.world()   # a resume must use the same (run.py)
+        state = self.objective.state_dict()            # every rank calls it (may gather)
+        if state:
+            checkpoint["mens_objective"] = state
 
     def on_load_checkpoint(self, checkpoint):
         rng = checkpoint.get("mens_rng")
         if rng:
             torch.set_rng_state(rng["torch"])
             random.setstate(rng["python"])
+        if checkpoint.get("mens_objective"):
+            self.objective.load_state_dict(checkpoint["mens_objective"])
+
+
+def all_max(t):
+    """A tensor's element-wise max over ranks (autograd-free; one process: t itself)."""
+    from mens.train.strategy import distributed
+
+    if not distributed():
+        return t
+    import torch.distributed as dist
+
+    t = t.detach().clone()
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return t
 
 
 def reference_scorer(model, spec):

@@ -224,7 +224,10 @@ def _fit_and_finish(trainer, module, data, model, tokenizer, spec, plan, run, te
     summary.update(world_size=size, strategy=strategy, train_tokens=tokens,
                    tokens_per_sec=round(tokens / secs, 1) if secs > 0 else None)
     if oracle:
+        flags = oracle.pop("flags", None)             # grpo's health flags (its measure only)
         summary[f"held_out_{oracle.pop('split', 'oracle')}"] = oracle
+        if flags is not None:
+            summary["grpo_flags"] = flags
     if trims:   # what the heap trims cost (mens.train.allocator)
         summary.update(heap_trims=trims.counts["heap_trims"],
                        heap_trim_s=round(trims.counts["heap_trim_s"], 3))
@@ -240,7 +243,7 @@ def held_out_oracle(objective, model, spec, run: RunDir, tel) -> dict | None:
     """An objective's held-out measure after training beside the base's (grpo: the greedy
     oracle pass rate before → after): the summary's numbers; every answer and its reward in
     held_out_oracle.json."""
-    from mens.train.evaluate import objective_held_out, oracle_from_telemetry
+    from mens.train.evaluate import health_flags, objective_held_out, oracle_from_telemetry
 
     after = objective_held_out(objective, model, spec, tel, "adapter")
     if after is None:
@@ -252,12 +255,15 @@ def held_out_oracle(objective, model, spec, run: RunDir, tel) -> dict | None:
         return {"split": after["split"], "before": before, "after": after}
     before = getattr(objective, "before", None) or oracle_from_telemetry(run.telemetry_rows())
     run.write_json("held_out_oracle.json", {"before": before, "after": after}, indent=1)
-    keys = ("n", "passed", "pass_rate", "reward_mean")
+    keys = ("n", "passed", "failed", "unverified", "pass_rate", "reward_mean")
     out = {"spoke": after["spoke"], "check": after["check"],
-           "before": {k: (before or {}).get(k) for k in keys}, "after": {k: after[k] for k in keys}}
-    if before and before.get("reward_mean") is not None:
+           "before": {k: (before or {}).get(k) for k in keys},
+           "after": {k: after.get(k) for k in keys}}
+    if before and before.get("reward_mean") is not None and after["reward_mean"] is not None:
         out["reward_gain"] = after["reward_mean"] - before["reward_mean"]
+    out["flags"] = health_flags(run.telemetry_rows(Event.TRAIN_STEP), before, after, tel)
     return out
+
 
 
 def _index(item) -> int:

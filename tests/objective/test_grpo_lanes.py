@@ -60,9 +60,22 @@ def test_grpo_trains_on_each_method(compile_run, tmp_path, capsys, method):
     assert first["oracle/timeouts"] == 0 and first["oracle/crashes"] == 0
     assert 1 <= first["completions/mean_length"] <= T
     assert first["rows/length"] <= SEQ[method]                      # prompt cut to seq_len − T
+    # issue #39: the health numbers under TRL's names, in every TRAIN_STEP row
+    for k in ("reward", "reward_std", "frac_reward_zero_std", "kl", "entropy",
+              "rewards/partial/mean", "rewards/partial/std", "rewards/pass/mean",
+              "clip_ratio/low_mean", "clip_ratio/high_mean", "clip_ratio/region_mean",
+              "completions/mean_length", "completions/min_length", "completions/max_length",
+              "completions/clipped_ratio", "prompts/repeated"):
+        assert all(k in r for r in steps), k
+    assert first["entropy"] > 0 and 0 <= first["frac_reward_zero_std"] <= 1
+    assert first["completions/min_length"] <= first["completions/mean_length"] <= \
+        first["completions/max_length"] <= T
+    assert set(summary["grpo_flags"]) >= {"reward_rose_oracle_pass_did_not",
+                                          "most_groups_have_one_reward", "rule"}
     # before → after: the greedy answers to the held-out prompts, scored by the same oracle
     held = summary["held_out_oracle"]
     assert held["check"] == "shell_syntax" and held["before"]["n"] == held["after"]["n"] == 2
+    assert held["after"]["passed"] + held["after"]["failed"] + held["after"]["unverified"] == 2
     evals = [r for r in read(tmp_path / "telemetry.jsonl")
              if r["event"] == "EVAL" and r["split"] == "oracle"]
     assert [r["model"] for r in evals] == ["base", "adapter"]

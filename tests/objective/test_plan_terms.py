@@ -10,7 +10,8 @@ from dataclasses import replace
 import pytest
 
 from mens.config.objectives import ORACLE_WORKERS
-from mens.plan.memory import Arch, components, load_contract, logits_bytes
+from mens.plan import rl
+from mens.plan.memory import Arch, components, load_contract
 from mens.plan.spec import lane_model
 
 CPU = ["+hw=cpu", "hw.memory_gb=16"]
@@ -48,15 +49,17 @@ def test_grpo_rows_are_the_group_and_its_terms_are_named(compile_run):
     assert {k: mine[k] for k in rows if k != "logits"} == \
         {k: v for k, v in rows.items() if k != "logits"}
     assert rows["large_activations"] + rows["activations"] > 0
-    # its completions are scored with the whole head over their last T+1 positions
-    # (completion_logps), whatever train.loss: full logits of 12 × 65 tokens
-    assert mine["logits"] == logits_bytes(arch, 12 * 65, 4, c["model"], "full_logits")
+    # its completions are scored with the whole head over their T positions (completion_logps),
+    # whatever train.loss, at backward's peak: 12 B per row × position × vocabulary entry at
+    # fp32 (mens.plan.rl.logprob_bytes, measured in tests/plan/test_grpo_plan_memory.py)
+    assert mine["logits"] == 12 * 64 * arch.vocab * 12 == rl.logprob_bytes(
+        arch, 12, 64, 4, c["model"]["logits_fp32_copies"], True)["logits"]
 
 
 def test_generation_is_the_kv_cache_beyond_the_steps_transients(compile_run):
-    """Sampling runs before the step's forward, so it adds only the KV cache (2 × kv_heads ×
-    head_dim per token per layer, every row) and the last position's probabilities beyond the
-    step's own transients. A grouped-query ladder rung keeps less cache than the step keeps
+    """Sampling runs before the step's forward, so it adds only its own peak — the KV cache (2 ×
+    kv_heads × head_dim per token per layer, every row), its growth, one prefill layer and the
+    sampling logits (mens.plan.rl.generation_bytes) — beyond the step's own transients. A grouped-query ladder rung keeps less cache than the step keeps
     activations even under checkpointing: nothing added; the same rung with full multi-head
     attention (kv_heads = heads: twice the cache) under checkpointing: the difference."""
     spec, plan, arch = _grpo(compile_run, "+rung=0.6b", "lane.gradient_checkpointing=true",
@@ -67,10 +70,13 @@ def test_generation_is_the_kv_cache_beyond_the_steps_transients(compile_run):
     assert plan.components["generation"] == 0
     mha = replace(arch, kv_heads=arch.heads)
     comps = components(mha, lane, shape, "cpu", c)
-    kv = rows * shape.seq_len * mha.layers * 2 * mha.kv_heads * mha.head_dim * 4   # fp32 (cpu)
+    # fp32 (cpu); the last sampled token is never fed back: seq_len − 1 cached positions
+    kv = rows * (shape.seq_len - 1) * mha.layers * 2 * mha.kv_heads * mha.head_dim * 4
     step = sum(comps[k] for k in ("activations", "large_activations", "checkpoints", "logits",
                                   "packing_mask"))
-    assert kv > step > 0 and comps["generation"] == kv + rows * mha.vocab * 8 - step
+    phase = [rl.generation_bytes(mha, rows, shape.seq_len, 64, 4, scores) for scores in (1, 0)]
+    assert all(g["kv_cache"] == kv for g in phase)
+    assert kv > step > 0 and comps["generation"] in {sum(g.values()) - step for g in phase}
     # without checkpointing the step keeps every layer's activations: more than the cache
     loose = components(mha, lane, replace(shape, checkpointing=False), "cpu", c)
     assert loose["generation"] == 0
