@@ -22,7 +22,8 @@ DPO_LOSSES = ("sigmoid", "hinge", "ipo")
 METHODS = ("lora", "qlora", "full")
 OBJECTIVES = ("sft", "dpo", "orpo", "simpo", "kto", "grpo")
 GRPO_LOSSES = ("dapo", "grpo", "bnpo", "dr_grpo")   # TRL GRPOConfig.loss_type (dapo: default)
-GRPO_REWARDS = ("pass", "partial", "teacher")   # mens.objective.rewards.KINDS
+GRPO_REWARDS = ("pass", "partial", "teacher",   # mens.objective.rewards.KINDS
+                "shuffled", "length")            # controls (issue #39), see rewards.py
 GRPO_SCALES = ("group", "batch", "none")         # TRL's scale_rewards
 
 
