@@ -27,14 +27,18 @@ import sys
 from pathlib import Path
 
 SYSTEM = "You solve arithmetic. Give the result as <answer>N</answer>."
-# the expression sits inside each phrasing as {e}; the last two are held out (never trained on)
+# the expression sits inside each phrasing as {e}; the last eight are held out (never trained on)
 PHRASINGS = ["What is {e}?", "Compute {e}.", "{e} = ?", "Evaluate: {e}", "Calculate {e}.",
-             "How much is {e}?", "Solve {e}.", "Work out {e}.", "Find {e}.", "Tell me {e}."]
-HELD_OUT = frozenset(PHRASINGS[-2:])
+             "How much is {e}?", "Solve {e}.", "Work out {e}.", "Find {e}.", "Tell me {e}.",
+             "Give {e}.", "Quick: {e}", "Please add {e}.", "Result of {e}?", "Sum {e}.",
+             "{e} equals?"]
+HELD_OUT = frozenset(PHRASINGS[-8:])
 TRAIN_PHRASINGS = [p for p in PHRASINGS if p not in HELD_OUT]
-# level → (operand range, operators): 1 single digits, 2 a two-digit and a one-digit operand,
+# level → (operand range, operators): 0 digits 0-4 (25 sums: the tiny rung's learning test),
+# 1 single digits, 2 a two-digit and a one-digit operand,
 # 3 two digits each, 4 also subtraction, 5 also small products
-LEVELS = {1: ((0, 9), (0, 9), "+"), 2: ((10, 99), (0, 9), "+"), 3: ((10, 99), (10, 99), "+"),
+LEVELS = {0: ((0, 4), (0, 4), "+"), 1: ((0, 9), (0, 9), "+"), 2: ((10, 99), (0, 9), "+"),
+          3: ((10, 99), (10, 99), "+"),
           4: ((10, 99), (0, 99), "+-"), 5: ((2, 12), (2, 12), "+-*")}
 OPS = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b}
 

@@ -35,7 +35,7 @@ def test_generator_is_deterministic_and_held_out_by_phrasing():
     assert 0.12 <= direct <= 0.28
     assert all(r["messages"][2]["content"].startswith("<answer>") for r in evals)
     with pytest.raises(ValueError, match="held-out items"):
-        arith.split(level=1, n_eval=201)
+        arith.split(level=0, n_eval=201)
 
 
 def test_levels_and_answers():

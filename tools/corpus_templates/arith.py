@@ -16,7 +16,7 @@ STAGES = [  # (phase, difficulty, level, operators kept)
     ("warmup", 1, 1, "+"), ("syntax", 3, 1, "+"), ("reasoning", 5, 2, "+"),
     ("reasoning", 6, 4, "-"), ("multi_turn", 7, 3, "+"), ("orchestration", 9, 3, "+"),
     ("orchestration", 10, 5, "*")]
-WEIGHTS = [3, 3, 2, 2, 2, 1, 1]
+WEIGHTS = [3, 3, 2, 2, 2, 2, 2]   # the curriculum caps (4, 7, 10) each admit ≥ 1.25× more
 
 
 def _problem(c, level: int, ops: str, difficulty: int):
