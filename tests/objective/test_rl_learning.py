@@ -1,0 +1,92 @@
+"""Issue #39's learning acceptance, on the tiny rung through the real `python -m mens` (Hydra,
+the planner, a real Lightning Trainer, GRPO sampling in the step, the oracle in its sandboxed
+children): does the loop learn a reward that is there, and only that one?
+
+Data: mens.synth.arith (level 1, single-digit sums), train on eight phrasings, held out on eight
+others. Each test starts GRPO from an SFT warm start (train.init_adapter), trained here first.
+
+- bandit: reward 1 iff the answer starts with `<answer>` (spoke.admission.check=answer_first);
+  the warm start answers that way about 20 % of the time (a mix of 20 % direct answers, measured
+  as the sampled reward of GRPO's first steps) → the greedy held-out reward reaches ≥ 0.9 within
+  40 steps (20 are run), on each of three sampling seeds (one shared warm start).
+  Measured 2026-12-03 (2 cores shared with other jobs, load 6-9): p 0.23 / 0.16 / 0.25, greedy
+  held-out 0.19 → 1.00 on each seed; the warm start 213 s, each GRPO run 185-271 s.
+
+The arithmetic acceptance (exact match +15 points, its shuffled and length-only controls) is not
+here: on the tiny rung no measured budget raised the held-out exact match (issue #39's report).
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from mens.run.telemetry import read
+from mens.synth import arith
+
+pytestmark = pytest.mark.slow
+
+BASE = ["+hw=cpu", "logger=csv", "spoke=arith", "data=file", "data.collateral=none",
+        "curriculum=flat", "train.seq_len=128"]
+SFT = ["train.global_batch=16", "train.micro_batch=16", "lane.optimizer.lr=6e-3"]
+
+
+def mens(out, data, *args) -> dict:
+    """One real run (`python -m mens`) into `out`; its summary."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    p = subprocess.run([sys.executable, "-m", "mens", *BASE, f"data.path={data}/train.jsonl",
+                        f"data.eval_path={data}/eval.jsonl", *args, f"hydra.run.dir={out}"],
+                       env=env, capture_output=True, text=True, timeout=900)
+    assert p.returncode == 0, p.stderr[-3000:]
+    return json.loads((out / "summary.json").read_text())
+
+
+def steps(out) -> list[dict]:
+    return [r for r in read(out / "telemetry.jsonl") if r["event"] == "TRAIN_STEP"]
+
+
+def write(folder, **kw):
+    train, evals = arith.split(**kw)
+    folder.mkdir(parents=True, exist_ok=True)
+    arith.write_jsonl(folder / "train.jsonl", train)
+    arith.write_jsonl(folder / "eval.jsonl", evals)
+    return folder
+
+
+# ------------------------------------------------------------------ bandit sanity
+BANDIT_G, BANDIT_STEPS = 8, 20    # the issue asks for ≥ 0.9 within 40 steps: 20 are run
+
+
+@pytest.fixture(scope="module")
+def bandit_start(tmp_path_factory):
+    """The warm start: one SFT epoch on 400 items, 20 % answered `<answer>N</answer>` at once,
+    80 % worked (`a + b = N` first)."""
+    root = tmp_path_factory.mktemp("bandit")
+    data = write(root / "data", level=1, n_train=400, n_eval=100, direct=0.2, seed=0)
+    mens(root / "sft", data, *SFT)
+    return data, root / "sft" / "adapter"
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_bandit_reward_is_learned(bandit_start, tmp_path, seed):
+    data, adapter = bandit_start
+    s = mens(tmp_path, data, "lane=grpo", "spoke.admission.check=answer_first",
+             "lane.grpo.reward=pass", "train.global_batch=4", "train.micro_batch=4",
+             f"train.max_steps={BANDIT_STEPS}", "lane.optimizer.lr=1e-3", "lane.grpo.beta=0",
+             f"lane.grpo.num_generations={BANDIT_G}", "lane.grpo.max_completion_length=8",
+             "train.eval_max_records=100", f"train.init_adapter={adapter}", f"train.seed={seed}")
+    rows = steps(tmp_path)
+    assert len(rows) == BANDIT_STEPS
+    # the warm start's p: the sampled reward of the first two steps (2 × 4 prompts × 8 answers)
+    p0 = sum(r["rewards/pass/mean"] for r in rows[:2]) / 2
+    held = s["held_out_oracle"]
+    print(f"bandit seed {seed}: warm start p={p0:.3f}, greedy held-out "
+          f"{held['before']['pass_rate']:.2f} -> {held['after']['pass_rate']:.2f}, rewards "
+          f"{[round(r['rewards/pass/mean'], 2) for r in rows]}")
+    assert 0.05 <= p0 <= 0.4, p0
+    assert held["check"] == "answer_first" and held["after"]["n"] == 100
+    assert held["before"]["pass_rate"] < 0.5 <= 0.9 <= held["after"]["pass_rate"]
+
