@@ -12,8 +12,11 @@ others. Each test starts GRPO from an SFT warm start (train.init_adapter), train
   Measured 2026-12-03 (2 cores shared with other jobs, load 6-9): p 0.23 / 0.16 / 0.25, greedy
   held-out 0.19 → 1.00 on each seed; the warm start 213 s, each GRPO run 185-271 s.
 
-The arithmetic acceptance (exact match +15 points, its shuffled and length-only controls) is not
-here: on the tiny rung no measured budget raised the held-out exact match (issue #39's report).
+- length-only control: lane.grpo.reward=length rises while the exact-match pass rate does not,
+  and the summary's grpo_flags call it reward hacking (the flag is rl-loop's, issue #39).
+
+The arithmetic acceptance (exact match +15 points and its shuffled control) is not here: on the
+tiny rung no measured budget raised the held-out exact match (issue #39's report).
 """
 from __future__ import annotations
 
@@ -90,3 +93,26 @@ def test_bandit_reward_is_learned(bandit_start, tmp_path, seed):
     assert held["check"] == "answer_first" and held["after"]["n"] == 100
     assert held["before"]["pass_rate"] < 0.5 <= 0.9 <= held["after"]["pass_rate"]
 
+
+
+def test_length_only_reward_is_flagged_as_hacking(bandit_start, tmp_path):
+    """A reward for length alone (lane.grpo.reward=length, a control) rises while the exact-match
+    oracle's held-out pass rate does not: the summary's grpo_flags name it reward hacking
+    (mens.objective.grpo_window.flags). From the bandit's warm start (answers of 18-30
+    characters); measured 2026-12-03: reward 0.42 → 0.82 over 16 steps, held-out exact match
+    0.08 → 0.00 (60 items)."""
+    data, adapter = bandit_start
+    s = mens(tmp_path, data, "lane=grpo", "lane.grpo.reward=length", "train.global_batch=4",
+             "train.micro_batch=4", "train.max_steps=16", "lane.optimizer.lr=1e-3",
+             "lane.grpo.beta=0", f"lane.grpo.num_generations={BANDIT_G}",
+             "lane.grpo.max_completion_length=32", "train.eval_max_records=60",
+             f"train.init_adapter={adapter}")
+    rewards = [r["reward"] for r in steps(tmp_path)]
+    held = s["held_out_oracle"]
+    print(f"length-only: rewards {[round(r, 2) for r in rewards]}, held-out exact match "
+          f"{held['before']['pass_rate']:.2f} -> {held['after']['pass_rate']:.2f}, "
+          f"flags {s.get('grpo_flags')}")
+    assert held["check"] == "arith_answer"                 # the task's oracle, only logged
+    assert sum(rewards[-4:]) / 4 - sum(rewards[:4]) / 4 > 0.1
+    assert held["after"]["pass_rate"] <= held["before"]["pass_rate"] + 0.05
+    assert s["grpo_flags"]["reward_rose_oracle_pass_did_not"] is True
