@@ -10,7 +10,8 @@ others. Each test starts GRPO from an SFT warm start (train.init_adapter), train
   as the sampled reward of GRPO's first steps) → the greedy held-out reward reaches ≥ 0.9 within
   40 steps (20 are run), on each of three sampling seeds (one shared warm start).
   Measured 2026-12-03 (2 cores shared with other jobs, load 6-9): p 0.23 / 0.16 / 0.25, greedy
-  held-out 0.19 → 1.00 on each seed; the warm start 213 s, each GRPO run 185-271 s.
+  held-out 0.19 → 1.00 on each seed; the warm start 213 s, each GRPO run 185-271 s. With the
+  issue's loop (rl-loop) merged, lighter load: p 0.19 / 0.25 / 0.25, 0.19 → 1.00 each, 212 s in all.
 
 - length-only control: lane.grpo.reward=length rises while the exact-match pass rate does not,
   and the summary's grpo_flags call it reward hacking (the flag is rl-loop's, issue #39).
@@ -99,11 +100,11 @@ def test_length_only_reward_is_flagged_as_hacking(bandit_start, tmp_path):
     """A reward for length alone (lane.grpo.reward=length, a control) rises while the exact-match
     oracle's held-out pass rate does not: the summary's grpo_flags name it reward hacking
     (mens.objective.grpo_window.flags). From the bandit's warm start (answers of 18-30
-    characters); measured 2026-12-03: reward 0.42 → 0.82 over 16 steps, held-out exact match
-    0.08 → 0.00 (60 items)."""
+    characters); measured 2026-12-03 with the issue's loop merged: reward 0.54 → 1.00 over 24
+    steps (flags' rise 0.23), held-out exact match 0.08 → 0.00 (60 items), flagged."""
     data, adapter = bandit_start
     s = mens(tmp_path, data, "lane=grpo", "lane.grpo.reward=length", "train.global_batch=4",
-             "train.micro_batch=4", "train.max_steps=16", "lane.optimizer.lr=1e-3",
+             "train.micro_batch=4", "train.max_steps=24", "lane.optimizer.lr=2e-3",
              "lane.grpo.beta=0", f"lane.grpo.num_generations={BANDIT_G}",
              "lane.grpo.max_completion_length=32", "train.eval_max_records=60",
              f"train.init_adapter={adapter}")
