@@ -95,7 +95,6 @@ def test_bandit_reward_is_learned(bandit_start, tmp_path, seed):
     assert held["before"]["pass_rate"] < 0.5 <= 0.9 <= held["after"]["pass_rate"]
 
 
-
 def test_length_only_reward_is_flagged_as_hacking(bandit_start, tmp_path):
     """A reward for length alone (lane.grpo.reward=length, a control) rises while the exact-match
     oracle's held-out pass rate does not: the summary's grpo_flags name it reward hacking
