@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Generate the eight spokes' corpora, deterministically (byte-identical on every run):
+"""Generate the spokes' corpora, deterministically (byte-identical on every run):
 
     python tools/make_corpus.py                        # every spoke into mens/assets/corpora/
     python tools/make_corpus.py --spoke vox_lang --out /tmp/corpus   # one spoke elsewhere
@@ -46,7 +46,7 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(Path(__file__).resolve().parent)]
 
-from corpus_templates import agent, mcp, mesh, rust, shell, skills, speech, vox  # noqa: E402
+from corpus_templates import agent, arith, mcp, mesh, rust, shell, skills, speech, vox  # noqa: E402
 from corpus_templates.common import Ctx  # noqa: E402
 from mens.synth.admission import check_all  # noqa: E402
 from mens.data.corpus import render  # noqa: E402
@@ -58,7 +58,7 @@ TERSE_RATE = 0.07
 NGRAM = 12
 MODULES = {"vox_lang": vox, "rust_workspace": rust, "structured_shell": shell,
            "mcp_tool_chain": mcp, "agent_harness": agent, "speech_to_code": speech,
-           "populi_mesh": mesh, "skill_creation": skills}
+           "populi_mesh": mesh, "skill_creation": skills, "arith": arith}
 ORIGIN = "tools/make_corpus.py"
 
 

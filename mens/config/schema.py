@@ -23,7 +23,8 @@ METHODS = ("lora", "qlora", "full")
 OBJECTIVES = ("sft", "dpo", "orpo", "simpo", "kto", "grpo", "distill")
 GRPO_LOSSES = ("dapo", "grpo", "bnpo", "dr_grpo")   # TRL GRPOConfig.loss_type (dapo: default)
 GRPO_IS_MODES = ("token_truncate", "token_mask", "sequence_truncate", "sequence_mask")  # TRL's
-GRPO_REWARDS = ("pass", "partial", "teacher")   # mens.objective.rewards.KINDS
+GRPO_REWARDS = ("pass", "partial", "teacher",   # mens.objective.rewards.KINDS
+                "shuffled", "length")            # controls (issue #39), see rewards.py
 GRPO_SCALES = ("group", "batch", "none")         # TRL's scale_rewards
 
 

@@ -10,6 +10,12 @@ Kinds (`reward`):
   teacher   a judge through the teacher protocol (mens.synth.teacher, the run's `teacher=`
             cascade): each answer scored 0..10 against its prompt (json_schema `mens_reward`,
             temperature 0), reward score / 10 (teacher_rewards).
+  shuffled  a control (issue #39): the pass reward permuted within each group (the answers to
+            one prompt, consecutive): the same rewards, no longer tied to the answers. A loop
+            that learns from it is learning from noise.
+  length    a control (issue #39): the answer's length (characters / LENGTH_CHARS, at most 1),
+            never the oracle's verdict, which is still judged and logged (rewards/pass/mean):
+            a reward that rises while the pass rate does not is reward hacking.
 An optional format reward (1/0, in this process, linear scans only) says the answer has the
 shape the oracle looks for: a closed non-empty fence of the check's language, a tool call in
 the model's syntax. The total is the kind's reward + format_weight × format.
@@ -36,9 +42,11 @@ from mens.data.tool_syntax import parse
 from mens.data.tools import call_text
 from mens.errors import ConfigError
 from mens.synth import oracle
-from mens.synth.oracle_checks import CHECKS, SHELL_LANGS, fences, oracle_record
+from mens.synth.oracle_checks import CHECKS, SHELL_LANGS, answer_tag, fences, oracle_record
 
-KINDS = ("pass", "partial", "teacher")
+KINDS = ("pass", "partial", "teacher", "shuffled", "length")
+CONTROLS = ("shuffled", "length")          # rewards that are not the task's (see above)
+LENGTH_CHARS = 100
 # check -> the fence languages of its pieces; "tool_call": <tool_call> bodies. Each piece of
 # these checks is judged on its own by the oracle (every bash/python/vox block alone, each rust
 # block its own module of the scratch crate, each call against its tool's schema), so a piece
@@ -48,6 +56,7 @@ PIECES = {"shell_syntax": SHELL_LANGS, "python_parses": ("python", "py"), "vox_p
 # the shape a format reward looks for, for the checks without pieces
 SHAPES = {"mesh_messages": ("json",), "skill_frontmatter": ("markdown", "md", "---"),
           "transcript_structure": ()}
+TAGGED = ("arith_answer", "answer_first")   # their shape: a closed, non-empty <answer>…</answer>
 _said: set[str] = set()
 
 
@@ -95,6 +104,8 @@ def has_shape(check: str, text: str, syntax: str | None = "hermes") -> bool:
     """The format reward: the answer holds what the check looks for (not whether it is right)."""
     if check == "tool_call_schema":
         return bool(tool_call_bodies(text) if _hermes(syntax) else parse(text, syntax).calls)
+    if check in TAGGED:
+        return bool(answer_tag(text))
     langs = PIECES.get(check) or SHAPES.get(check)
     if langs is None:
         raise ConfigError(f"no format reward is defined for the admission check `{check}`: "
@@ -181,6 +192,8 @@ def oracle_rewards(check: str, records: list[dict], heads: list[list[dict]], tex
                    sum(bool(v.passed) for v in vs) / len(vs) for p, vs in zip(passed, per)]
     fmt = [float(has_shape(check, t, syntax)) for t in texts] if format_weight else None
     base = partial if partial is not None else passed
+    if reward in CONTROLS:
+        base = control(reward, records, texts, passed)
     total = [b + format_weight * f for b, f in zip(base, fmt)] if fmt else list(base)
     fails = [{oracle.failure(v) for v in [m, *vs]} for m, vs in zip(main, per)]
     unverified = [v for v in main + [v for vs in per for v in vs] if v.passed is None]
@@ -203,6 +216,35 @@ def oracle_rewards(check: str, records: list[dict], heads: list[list[dict]], tex
               f"unverified (reward NaN): {'; '.join(metrics['oracle/unverified_reasons'])}",
               file=sys.stderr)
     return Rewards(total, passed, partial, fmt, metrics)
+
+
+def control(reward: str, records: list[dict], texts: list[str], passed: list[float]) -> list[float]:
+    """A control reward (CONTROLS), said once per process. shuffled: each group's pass rewards
+    permuted (a group: consecutive answers to the same record, as the GRPO step lays them out),
+    seeded by the answers themselves, so a rerun shuffles alike and each step differently."""
+    import hashlib
+    import random
+
+    if reward not in _said:
+        _said.add(reward)
+        print(f"mens: note: grpo.reward={reward} is a control, not the task's reward: "
+              + ("the oracle's pass rewards are shuffled within each group" if reward == "shuffled"
+                 else f"the reward is the answer's length (characters / {LENGTH_CHARS}, at most "
+                      f"1); the oracle's verdict is only logged"), file=sys.stderr)
+    if reward == "length":
+        return [min(len(t) / LENGTH_CHARS, 1.0) for t in texts]
+    rng = random.Random(hashlib.sha256("\0".join(texts).encode()).hexdigest())
+    keys = [r.get("id", id(r)) for r in records]
+    out, i = [], 0
+    while i < len(passed):
+        j = i + 1
+        while j < len(passed) and keys[j] == keys[i]:
+            j += 1
+        group = passed[i:j]
+        rng.shuffle(group)
+        out += group
+        i = j
+    return out
 
 
 SYSTEM = ("You are a strict grader. You see a conversation and one candidate answer to its "

@@ -23,7 +23,8 @@ from mens.synth.oracle_checks import (SKILL_NAME, TOOL_CALL, TOOLS, answers, blo
 
 __all__ = ["CHECKS", "BATCH", "check_all", "check_shell_batch", "check_rust_batch", "vox_parses",
            "python_parses", "shell_syntax", "rust_compiles", "tool_call_schema",
-           "transcript_structure", "mesh_messages", "skill_frontmatter", "SKILL_NAME",
+           "transcript_structure", "mesh_messages", "skill_frontmatter", "arith_answer",
+           "answer_first", "SKILL_NAME",
            "TOOL_CALL", "TOOLS", "answers", "blocks", "declared_tools", "fences", "schema_errors",
            "tool_calls"]
 
@@ -41,6 +42,8 @@ tool_call_schema = _passes("tool_call_schema")
 transcript_structure = _passes("transcript_structure")
 mesh_messages = _passes("mesh_messages")
 skill_frontmatter = _passes("skill_frontmatter")
+arith_answer = _passes("arith_answer")
+answer_first = _passes("answer_first")
 
 
 def check_shell_batch(records: list[dict]) -> list[bool | None]:
@@ -66,7 +69,8 @@ CHECKS: dict[str, Callable[[dict], bool | None]] = {
     "vox_parses": vox_parses, "rust_compiles": rust_compiles, "shell_syntax": shell_syntax,
     "tool_call_schema": tool_call_schema, "transcript_structure": transcript_structure,
     "python_parses": python_parses, "mesh_messages": mesh_messages,
-    "skill_frontmatter": skill_frontmatter,
+    "skill_frontmatter": skill_frontmatter, "arith_answer": arith_answer,
+    "answer_first": answer_first,
 }
 # Checks that run many records in one tool invocation (the generator uses these).
 BATCH: dict[str, Callable[[list[dict]], list[bool | None]]] = {

@@ -184,6 +184,48 @@ def rust_pure(rec: dict) -> list[str]:
         "no ```rust or ```toml block in the answer"]
 
 
+# ---------------------------------------------------------------- arithmetic (issue #39)
+ANSWER_OPEN, ANSWER_CLOSE = "<answer>", "</answer>"
+EXPR = re.compile(r"(\d{1,6}) ([+*-]) (\d{1,6})")      # mens.synth.arith's `a op b`
+
+
+def answer_tag(text: str) -> str | None:
+    """The first closed <answer>…</answer>'s body, stripped (None: no closed tag), by
+    str.find: linear on any model text."""
+    start = text.find(ANSWER_OPEN)
+    end = text.find(ANSWER_CLOSE, start + len(ANSWER_OPEN)) if start >= 0 else -1
+    return text[start + len(ANSWER_OPEN):end].strip() if end >= 0 else None
+
+
+def _question(rec: dict) -> str:
+    users = [m.get("content") or "" for m in formats.chat(rec) if m.get("role") == "user"]
+    return users[-1] if users else ""
+
+
+def arith_answer(rec: dict) -> list[str]:
+    """The answer's first <answer>…</answer> is exactly the value of the one `a op b` in the
+    last user turn (recomputed here, so a record needs no reference key)."""
+    found = EXPR.findall(_question(rec))
+    if len(found) != 1:
+        return [f"the question holds {len(found)} `a op b` expressions, not one"]
+    a, op, b = found[0]
+    want = str({"+": int(a) + int(b), "-": int(a) - int(b), "*": int(a) * int(b)}[op])
+    texts = answers(rec)
+    got = answer_tag(texts[-1]) if texts else None
+    if got is None:
+        return ["no closed <answer>…</answer> in the answer"]
+    return [] if got == want else [f"<answer>{got[:50]}</answer> is not {a} {op} {b} = {want}"]
+
+
+def answer_first(rec: dict) -> list[str]:
+    """The bandit of the RL sanity check (tests/rl/): the answer starts with `<answer>`,
+    right or wrong. A fixed-string reward, for checking that GRPO learns at all."""
+    texts = answers(rec)
+    if texts and texts[-1].startswith(ANSWER_OPEN):
+        return []
+    return [f"the answer does not start with {ANSWER_OPEN}"]
+
+
 def shell_pure(rec: dict) -> list[str]:
     found = blocks(rec, *SHELL_LANGS)
     return empty("bash", found) if found else ["no ```bash block in the answer"]
@@ -194,7 +236,7 @@ def shell_pure(rec: dict) -> list[str]:
 # gives them that answer alone, since the earlier assistant turns are the data's and their blocks
 # would count for the model (mens.eval.indomain). The others read the whole exchange.
 PER_ANSWER = frozenset({"vox_parses", "python_parses", "tool_call_schema", "skill_frontmatter",
-                        "rust_compiles", "shell_syntax"})
+                        "rust_compiles", "shell_syntax", "arith_answer", "answer_first"})
 
 # Checks that need the earlier turns as context but must credit only the model's own answer: in an
 # evaluation the earlier assistant turns become user turns — input, whose messages still count as
@@ -206,6 +248,7 @@ CHECKS: dict[str, Callable[[dict], list[str]]] = {
     "tool_call_schema": tool_call_schema, "transcript_structure": transcript_structure,
     "mesh_messages": mesh_messages, "skill_frontmatter": skill_frontmatter,
     "rust_compiles": rust_pure, "shell_syntax": shell_pure,
+    "arith_answer": arith_answer, "answer_first": answer_first,
 }
 
 

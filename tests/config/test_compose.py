@@ -23,7 +23,7 @@ def test_groups_have_the_options_the_issue_names():
     assert options("data") == ["file", "hf", "spoke"]
     assert options("spoke") == sorted(["vox_lang", "rust_workspace", "structured_shell",
                                        "mcp_tool_chain", "agent_harness", "speech_to_code",
-                                       "populi_mesh", "skill_creation"])
+                                       "populi_mesh", "skill_creation", "arith"])
     assert options("lane") == ["distill", "dpo", "full", "grpo", "kto", "lora", "orpo", "qlora",
                               "simpo"]
     assert options("curriculum") == ["flat", "three_epoch"]
