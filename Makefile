@@ -28,7 +28,7 @@ TEST_JOBS ?= 2
 XDIST := $(if $(filter 0,$(TEST_JOBS)),,-n $(TEST_JOBS) --dist loadfile)
 TEST_ENV := $(if $(filter 0,$(TEST_JOBS)),,OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1})
 
-.PHONY: help install run plan test test-slow test-full bench clean export serve eval compare demo push
+.PHONY: help install run plan test test-slow test-learn test-full bench clean export serve eval compare demo push
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -63,7 +63,10 @@ test: install ## the test suite (CPU only, skips tests marked slow)
 	$(TEST_ENV) $(PY) -m pytest -q -m "not slow" $(XDIST) $(ARGS)
 
 test-slow: install ## the slow acceptance tests only (FSDP2/DDP runs, resume after SIGKILL, browser round trip, gates, wheel installs, fuzzing): CI runs them after `make test`
-	$(TEST_ENV) $(PY) -m pytest -q -m slow $(XDIST) $(ARGS)
+	$(TEST_ENV) $(PY) -m pytest -q -m "slow and not learning" $(XDIST) $(ARGS)
+
+test-learn: install ## the RL/distillation learning runs (GRPO bandit on 3 seeds, reward-hacking control, distillation; ~12 min on 2 cores): outside CI's slow suite
+	$(TEST_ENV) $(PY) -m pytest -q -m learning $(XDIST) $(ARGS)
 
 test-full: install ## every test, slow ones included
 	$(TEST_ENV) $(PY) -m pytest -q $(XDIST) $(ARGS)

@@ -50,7 +50,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mens.errors import ConfigError
-from mens.objective.sampling import Rollout, end_ids, prompt_ids
+from mens.objective.sampling import Rollout, end_ids, prompt_rows
 
 READY_S = 600.0         # a loaded 2-core box may take minutes to import torch and load a base
 GEN_TIMEOUT_S = 3600.0  # one group's generation
@@ -261,11 +261,7 @@ class RolloutServer:
         reload_s = self.sync(model)
         eos = end_ids(model, tokenizer)
         pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos[0]
-        rows = [prompt_ids(tokenizer, p, encoder, t)
-                for p, t in zip(prompts, tools or [None] * len(prompts))]
-        cut = sum(len(r) > max_prompt_tokens for r in rows) if max_prompt_tokens else 0
-        if cut:
-            rows = [r[-max_prompt_tokens:] for r in rows]
+        rows, cut = prompt_rows(tokenizer, prompts, encoder, tools, max_prompt_tokens)
         t0 = time.perf_counter()
         out = self.post("/v1/completions", {
             "model": self.name, "prompt": rows, "n": G, "max_tokens": max_new_tokens,

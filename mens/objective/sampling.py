@@ -86,6 +86,18 @@ class _Stream:
         return self.fork.__exit__(*exc)
 
 
+def prompt_rows(tokenizer, prompts: list[list[dict]], encoder=None, tools=None,
+                max_prompt_tokens: int | None = None) -> tuple[list[list[int]], int]:
+    """Each prompt's ids (prompt_ids) cut to its last max_prompt_tokens, and how many were cut:
+    what in-process sampling and a server's rollouts (mens.objective.rollout_server) both send."""
+    rows = [prompt_ids(tokenizer, p, encoder, t)
+            for p, t in zip(prompts, tools or [None] * len(prompts))]
+    cut = sum(len(r) > max_prompt_tokens for r in rows) if max_prompt_tokens else 0
+    if cut:
+        rows = [r[-max_prompt_tokens:] for r in rows]
+    return rows, cut
+
+
 def generate(model, tokenizer, prompts: list[list[dict]], G: int, max_new_tokens: int,
              temperature: float = 1.0, top_p: float = 1.0, seed: int = 0,
              encoder=None, max_prompt_tokens: int | None = None, greedy: bool = False,
@@ -108,11 +120,7 @@ def generate(model, tokenizer, prompts: list[list[dict]], G: int, max_new_tokens
                           f"temperature={temperature}).", key="grpo.num_generations")
     eos = end_ids(model, tokenizer)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos[0]
-    rows = [prompt_ids(tokenizer, p, encoder, t)
-            for p, t in zip(prompts, tools or [None] * len(prompts))]
-    cut = sum(len(r) > max_prompt_tokens for r in rows) if max_prompt_tokens else 0
-    if cut:
-        rows = [r[-max_prompt_tokens:] for r in rows]
+    rows, cut = prompt_rows(tokenizer, prompts, encoder, tools, max_prompt_tokens)
     width = max(map(len, rows))
     device = next(model.parameters()).device
     ids = torch.tensor([[pad] * (width - len(r)) + r for r in rows], device=device)   # (B, P)

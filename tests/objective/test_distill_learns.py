@@ -46,6 +46,7 @@ def teacher(tmp_path_factory):
 
 
 @pytest.mark.slow
+@pytest.mark.learning   # make test-learn (outside CI's 30-minute slow suite)
 def test_held_out_reverse_kl_to_the_teacher_halves_in_100_steps(teacher, mens_cli, tmp_path):
     r = mens_cli("mens", *FAST_TRAIN, *DISTILL, f"lane.distill.teacher={teacher}",
                  f"hydra.run.dir={tmp_path / 'run'}")

@@ -31,7 +31,8 @@ import pytest
 from mens.run.telemetry import read
 from mens.synth import arith
 
-pytestmark = pytest.mark.slow
+# slow, and a learning run: `make test-learn` (outside CI's 30-minute slow suite)
+pytestmark = [pytest.mark.slow, pytest.mark.learning]
 
 BASE = ["+hw=cpu", "logger=csv", "spoke=arith", "data=file", "data.collateral=none",
         "curriculum=flat", "train.seq_len=128"]
