@@ -46,7 +46,9 @@ def test_open_ladder_and_recipe_replans(studio, browser, tmp_path):
     page.screenshot(path=str(shots / "recipe.png"))
     # the lane as method × objective (both selects from /api/options): qlora × dpo on the spoke
     # with preference pairs plans to lane.method=qlora lane.objective=dpo
-    assert page.locator("#r-objective option").count() == 6
+    from mens.config.schema import OBJECTIVES
+    assert page.locator("#r-objective option").all_inner_texts() and \
+        page.locator("#r-objective option").count() == len(OBJECTIVES)   # every one, distill too
     page.select_option("#r-spoke", "skill_creation")
     page.select_option("#r-method", "qlora")
     page.select_option("#r-objective", "dpo")
