@@ -231,6 +231,11 @@ class DistillConfig:
     # On-policy distillation (TRL's GKDConfig names and defaults, where mens has the knob)
     teacher: Optional[str] = None    # a rung name (conf/rung, e.g. tiny) or an HF model directory
     #                                  sharing the student's tokenizer (TRL: teacher_model_name_or_path)
+    # or a served teacher (exactly one of the two): an OpenAI-compatible base URL whose server
+    # scores token ids with vLLM's prompt_logprobs (mens serve, vLLM); beta and lmbda must be 1
+    teacher_url: Optional[str] = None     # e.g. http://127.0.0.1:8000/v1
+    teacher_model: Optional[str] = None   # the model the requests name (null: its first /v1/models)
+    teacher_api_key_env: Optional[str] = None   # the NAME of the env var holding its key (never the key)
     beta: float = 0.5                # generalised JSD: 0 forward KL, 1 reverse KL (TRL's default)
     temperature: float = 0.9         # of the student's sampling (TRL's default; the loss uses 1)
     lmbda: float = 0.5               # the share of steps on the student's own samples (TRL's)

@@ -67,9 +67,53 @@ def validate(cfg: DictConfig) -> None:
                     f"{f' — {rule.note}' if rule.note else ''} (e.g. "
                     f"`{_override_key(key, where, rule.example)}={rule.example}`).", key=where)
     _check_lists(cfg)
-    teacher = OmegaConf.select(cfg, "lane.distill.teacher", default=None)
-    if teacher is not None and OmegaConf.select(cfg, "lane.objective", default=None) == "distill":
-        teacher_source(teacher)   # a teacher named but not found; none at all: the plan says
+    if OmegaConf.select(cfg, "lane.objective", default=None) == "distill":
+        _check_teacher(cfg)
+
+
+def _check_teacher(cfg: DictConfig) -> None:
+    """lane.distill: at most one teacher (none at all: the plan says, teacher_source); a local
+    one that exists; a served one only where its loss is defined (sampled_reverse_kl_loss)."""
+    d = OmegaConf.select(cfg, "lane.distill")
+    teacher, url = d.get("teacher"), d.get("teacher_url")
+    if teacher is not None and url is not None:
+        raise ConfigError(
+            f"`lane.distill.teacher={teacher}` and `lane.distill.teacher_url={url}` are both set: "
+            f"a distillation run has one teacher, local (a rung or an HF model directory, scored "
+            f"in this process) or served (an OpenAI-compatible server that scores token ids). "
+            f"Drop one: `lane.distill.teacher=null` or `lane.distill.teacher_url=null`.",
+            key="lane.distill.teacher_url")
+    if teacher is not None:
+        teacher_source(teacher)   # a teacher named but not found
+        return
+    if url is None:
+        return
+    if not str(url).startswith(("http://", "https://")):
+        raise ConfigError(
+            f"`lane.distill.teacher_url={url}` is not valid: it takes the server's OpenAI base URL "
+            f"(e.g. `lane.distill.teacher_url=http://127.0.0.1:8000/v1`).",
+            key="lane.distill.teacher_url")
+    # a server returns the log-probs of given tokens, not whole next-token distributions: only
+    # the reverse KL on the student's own samples can be estimated from them
+    for key, want, why in (
+            ("beta", 1, "beta interpolates forward and reverse KL through the generalised JSD, "
+                        "which needs the teacher's whole next-token distribution at every "
+                        "position; only beta=1, the reverse KL, can be estimated from the "
+                        "log-probs of the student's sampled tokens"),
+            ("lmbda", 1, "a step on the data's answers (lmbda < 1) needs the teacher's whole "
+                         "distributions too; the sampled-token reverse KL is defined on the "
+                         "student's own samples only, so every step must be on-policy"),
+            ("seq_kd", False, "seq_kd samples the teacher's answers, and a served teacher only "
+                              "scores")):
+        if d.get(key) != want:
+            fix = "lane.distill.beta=1 lane.distill.lmbda=1" if key != "seq_kd" else \
+                "lane.distill.seq_kd=false"
+            raise ConfigError(
+                f"`lane.distill.{key}={d.get(key)}` cannot be used with a served teacher "
+                f"(lane.distill.teacher_url={url}): {why}. Set `{fix}` (the loss is then the "
+                f"sampled-token reverse KL of on-policy distillation), or use a local teacher "
+                f"(`lane.distill.teacher=<rung or HF dir>` with `lane.distill.teacher_url=null`).",
+                key=f"lane.distill.{key}")
 
 
 def teacher_source(teacher) -> tuple[str, str]:
@@ -87,7 +131,9 @@ def teacher_source(teacher) -> tuple[str, str]:
         f"`lane.distill.teacher={teacher}` is not valid: objective distill needs a teacher that "
         f"shares the student's tokenizer — a rung name (an option of conf/rung, e.g. "
         f"`lane.distill.teacher=tiny`) or a Hugging Face model directory holding config.json "
-        f"(e.g. `lane.distill.teacher=/models/teacher`).", key="lane.distill.teacher")
+        f"(e.g. `lane.distill.teacher=/models/teacher`) — or a served teacher "
+        f"(`lane.distill.teacher_url=http://127.0.0.1:8000/v1 lane.distill.beta=1 "
+        f"lane.distill.lmbda=1`).", key="lane.distill.teacher")
 
 
 def _values(cfg: DictConfig, key: str) -> Iterable[tuple[str, object]]:

@@ -5,6 +5,11 @@ divergence between their next-token distributions over the answer tokens — for
 beta=0, reverse KL at beta=1. The other steps train on the data's own answers (or, with
 seq_kd, on the teacher's samples), as TRL's training_step does.
 
+A served teacher (lane.distill.teacher_url: mens.objective.served_teacher) returns log-probs of
+given tokens only: every step is on the student's samples and the loss is the sampled-token
+reverse KL (sampled_reverse_kl_loss), as Thinking Machines' on-policy distillation does it —
+beta 1 and lmbda 1 are then required (mens.config.validate).
+
 generalized_jsd_loss is TRL's GKDTrainer.generalized_jsd_loss, written here because TRL ships
 it only under trl.experimental (unstable, and a 10 s+ import); tests/objective/
 test_distill.py checks value and gradient against TRL's own function.
@@ -64,6 +69,36 @@ def generalized_jsd_loss(student_logits, teacher_logits, labels=None, beta: floa
     return jsd
 
 
+def token_logps(logits, target):
+    """(N, T, V) logits, (N, T) labels → (N, T) fp32 log-probs of the labels; 0 where −100."""
+    lp = logits.float().log_softmax(-1).gather(-1, target.clamp_min(0)[..., None])[..., 0]
+    return lp.masked_fill(target == IGNORE, 0.0)
+
+
+def sampled_reverse_kl_loss(student_logps, teacher_logps, mask):
+    """The served teacher's loss: (N, T) log-probs of the student's OWN sampled tokens under
+    the student (with grad) and the teacher (none), mask (N, T) → (loss, reverse_kl).
+
+    A server returns the log-probs of given tokens, not whole distributions, so KL(s‖t) is
+    estimated per sampled token, k_t = log s(x_t) − log t(x_t), and trained as a REINFORCE
+    advantage A_t = −k_t (the negative reverse KL as the reward, no gradient through it): as
+    Thinking Machines' "On-Policy Distillation" (2025) and Tinker's cookbook do it
+    (distillation's `reverse_kl = sampled_logprobs − teacher_logprobs`, advantages −= it, their
+    importance-sampling loss −ratio·A with ratio = exp(logp − sampled logp) = 1 on-policy).
+    Value: the mean of k_t over the masked tokens (the reverse-KL estimate itself); gradient:
+    mean(k_t · ∇ log s(x_t)), whose expectation over the student's samples is ∇ KL(s‖t) per
+    token. (k_t as a plain loss would differentiate to mean ∇ log s, zero in expectation.)
+    Unbiased for the student's temperature-1 distribution: sample at lane.distill.temperature=1
+    for an exact on-policy estimate. Normalised as generalized_jsd_loss's batchmean."""
+    import torch
+
+    m = mask.float()
+    n = m.sum().clamp_min(1)
+    k = (student_logps.detach() - teacher_logps.to(student_logps.dtype)) * m       # (N, T)
+    ratio = torch.exp(student_logps - student_logps.detach())                     # 1, ∇ log s
+    return (k * ratio * m).sum() / n, k.sum() / n
+
+
 def load_teacher(spec, student):
     """lane.distill.teacher (a rung name or an HF model directory) loaded frozen, in eval mode,
     at the run's precision; ConfigError when its vocabulary is not the student's (the JSD
@@ -99,18 +134,24 @@ def row_logits(model, ids, mask, keep: int | None = None):
 
 
 class Distill(Objective):
-    """On-policy distillation with a local teacher (lane.distill)."""
+    """On-policy distillation with a local teacher (lane.distill.teacher: the JSD of full
+    distributions) or a served one (lane.distill.teacher_url: the sampled-token reverse KL)."""
     name = "distill"
     measures_held_out = True
 
     def __init__(self, spec):
         super().__init__(spec)
         self.records, self.tokenizer, self.encoder, self.teacher = {}, None, None, None
+        self.served = None       # mens.objective.served_teacher.ServedTeacher
 
     def bind(self, model, tokenizer, records: list, encoder=None) -> None:
         self.tokenizer, self.encoder = tokenizer, encoder
         self.records = {r["id"]: r for r in records}
-        self.teacher = load_teacher(self.spec, model)
+        if self.lane.distill.teacher_url:
+            from mens.objective.served_teacher import ServedTeacher
+            self.served = ServedTeacher(self.lane.distill)
+        else:
+            self.teacher = load_teacher(self.spec, model)
 
     def _draw(self, ctx, ids: list) -> int:
         """A number fixed by the run's seed, the step and its records — not by a counter, so a
@@ -157,6 +198,8 @@ class Distill(Objective):
         model = ctx.model
         device = next(model.parameters()).device
         draw = self._draw(ctx, batch["record_ids"])
+        if self.served is not None:
+            return self._served_step(model, recs, draw % 2**31)
         teacher = self._teacher_on(device)
         # TRL's training_step: on-policy when random() <= lmbda, else seq_kd or the data
         on_policy = random.Random(draw).random() <= float(d.lmbda)
@@ -185,6 +228,41 @@ class Distill(Objective):
                    "rows/length": torch.tensor(float(ids.shape[1]))}
         return loss, metrics
 
+    def _served_step(self, model, recs, seed: int):
+        """Every step on the student's own samples (config: lmbda=1, beta=1): their log-probs
+        under the student (with grad) and the served teacher → sampled_reverse_kl_loss."""
+        import torch
+
+        ids, mask, labels, T, lengths = self._sampled_rows(model, recs, seed,
+                                                           float(self.lane.distill.temperature))
+        target = labels[:, -T:]                                                   # (N, T)
+        s_lp = token_logps(row_logits(model, ids, mask, T + 1), target)
+        t_lp = self.served.completion_logps(ids, mask, T)
+        loss, rkl = sampled_reverse_kl_loss(s_lp, t_lp, target != IGNORE)
+        return loss, {"loss": loss.detach(), "reverse_kl": rkl, "on_policy": torch.tensor(1.0),
+                      "teacher/score_s": torch.tensor(self.served.score_s),
+                      "completions/mean_length": torch.tensor(float(sum(lengths)) / len(lengths)),
+                      "rows/length": torch.tensor(float(ids.shape[1]))}
+
+    def _served_held_out(self, model, records: list, batch: int) -> dict:
+        """held_out with a served teacher: the per-token reverse-KL estimate on the student's
+        temperature-1 answers (no forward KL: that needs the teacher's whole distributions)."""
+        import torch
+
+        total, tokens = 0.0, 0
+        for i in range(0, len(records), batch):
+            ids, mask, labels, T, _ = self._sampled_rows(
+                model, records[i:i + batch], int(self.spec.train.seed) + i, 1.0)
+            target = labels[:, -T:]
+            with torch.no_grad():
+                s_lp = token_logps(row_logits(model, ids, mask, T + 1), target)
+            t_lp = self.served.completion_logps(ids, mask, T)
+            m = target != IGNORE
+            total += float(((s_lp - t_lp) * m).sum())
+            tokens += int(m.sum())
+        return {"n": len(records), "split": "distill", "tokens": tokens,
+                "reverse_kl": total / max(tokens, 1)}
+
     def held_out(self, model, records: list, batch: int = 8) -> dict:
         """The student's reverse KL to the teacher, KL(student‖teacher) per answer token, on
         its own answers to the held-out prompts: sampled at temperature 1 (the student's own
@@ -194,6 +272,10 @@ class Distill(Objective):
 
         was = model.training
         model.eval()
+        if self.served is not None:
+            out = self._served_held_out(model, records, batch)
+            model.train(was)
+            return out
         device = next(model.parameters()).device
         teacher = self._teacher_on(device)
         sums = {"reverse_kl": 0.0, "forward_kl": 0.0}

@@ -109,6 +109,8 @@ class LaneModel:
     # whether some steps score the data's whole rows (lmbda < 1 without seq_kd)
     teacher: "Arch | None" = None
     teacher_rows: bool = False
+    # a served teacher (lane.distill.teacher_url): its weights and forward are the server's
+    teacher_served: bool = False
 
     @property
     def label(self) -> str:
@@ -344,6 +346,8 @@ def components(arch: Arch, lane: LaneModel, shape: Shape, backend: str,
             comps["reference_logits"] = int(head["reference_logits"])
     if lane.teacher is not None:
         comps["teacher"] = distill_teacher(arch, lane, b, s, wb, m)
+    elif lane.teacher_served:   # only log-probs of the sampled tokens come back: (N, T) floats
+        comps["teacher"] = 0
     return comps
 
 

@@ -116,7 +116,10 @@ def render(spec, plan: Plan, forced: bool = False, eta: dict | None = None) -> s
     t.add_column("GiB", justify="right")
     t.add_column("what")
     for k, v in plan.components.items():
-        t.add_row(k, f"{v / GiB:.3f}", WHAT.get(k, ""))
+        what = WHAT.get(k, "")
+        if k == "teacher" and spec.lane.distill.teacher_url and not v:
+            what = f"distill teacher: served at {spec.lane.distill.teacher_url} (its memory)"
+        t.add_row(k, f"{v / GiB:.3f}", what)
     t.add_row("sum", f"{plan.raw_bytes / GiB:.3f}", "analytic model × cell coefficients")
     label = ("calibrated" if plan.calibrated else
              "external" if plan.external else

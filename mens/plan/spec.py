@@ -210,6 +210,8 @@ def distill_terms(lane) -> dict:
     from mens.resources import option_path
 
     d = lane.distill
+    if d.get("teacher_url") and d.teacher is None:   # the server holds it (memory: 0)
+        return {"teacher_served": True}
     where, name = teacher_source(d.teacher)
     config = json.loads((Path(name) / "config.json").read_text()) if where == "path" else \
         OmegaConf.to_container(OmegaConf.load(option_path("rung", name)))
@@ -305,6 +307,10 @@ def compile_run(cfg: DictConfig, purpose: str = "plan") -> tuple[RunSpec, Plan]:
             f"no room for the prompt in train.seq_len={seq_len} (a sampled row is prompt + "
             f"completion, the prompt cut to the rest): lower lane.{obj}.max_completion_length "
             f"or raise train.seq_len.", key=f"lane.{obj}.max_completion_length")
+    if obj == "distill" and lane.distill.get("teacher_url") and lane.distill.teacher is None:
+        notes.append(f"distill: the teacher is served at {lane.distill.teacher_url}: no teacher "
+                     f"weights or logits here (plan term teacher = 0, the server's memory); "
+                     f"the loss is the sampled-token reverse KL")
     if "generation" in card(lane).memory_terms and cfg.hw.backend == "cuda":
         notes.append(f"{obj} samples with transformers' generate on CUDA: vLLM colocated "
                      f"sampling is not built in this mens (its speed and memory are unmeasured)")

@@ -50,6 +50,10 @@ DECODE_SOURCE = ("from the PyTorch blog 'Accelerating Generative AI with PyTorch
 # The oracle's verdicts on one micro-batch's samples (mens.objective.rewards.oracle_rewards:
 # ORACLE_WORKERS child processes): most of it is the children's start.
 ORACLE_S_PER_CALL = 0.25
+# A served distillation teacher (lane.distill.teacher_url): one /v1/completions scoring request
+# per micro-batch. ASSUMED: 50 ms of HTTP, JSON and queueing on top of the server's forward (a
+# local server's request overhead; a remote one adds its network latency)
+SCORE_ROUND_TRIP_S = 0.05
 ORACLE_SOURCE = (f"measured on mens's 2-core development host: one call over {ORACLE_WORKERS} "
                  "child processes took 0.02-0.25 s for 8-128 short answers of the "
                  "skill_frontmatter, python_parses, shell_syntax and rust_compiles checks; "
@@ -282,7 +286,12 @@ def objective_cost(arch: Arch, lane: LaneModel, shape: Shape, tflops: float | No
     rate = "measured" if fitted else "ASSUMED MFU"
     latency = f"rate {rate}, latency share assumed"
     parts = {"policy": (sum(px.train(k * b, S, head) for k in c.grad), "token", f"rate {rate}")}
-    if c.forward:   # distill: the no-grad rows are the teacher's, at the teacher's size
+    if c.forward and lane.teacher_served:
+        # the server's forward over the rows (its model and hardware are not known here:
+        # timed at the student's size on this tier) and the round trip of the request
+        parts["teacher_scoring"] = (px.forward(c.forward * b, S, head) + SCORE_ROUND_TRIP_S,
+                                    "token", "assumed")
+    elif c.forward:   # distill: the no-grad rows are the teacher's, at the teacher's size
         t = lane.teacher if lane.teacher is None or isinstance(lane.teacher, Arch) else \
             Arch(**lane.teacher)
         fx = px if t is None else Passes(t, lane, shape.checkpointing, tflops,
@@ -314,6 +323,11 @@ def objective_cost(arch: Arch, lane: LaneModel, shape: Shape, tflops: float | No
         assumed.append(f"a forward without grad: 2 FLOPs per parameter per token at the same "
                        f"rate and {FORWARD_LATENCY_SHARE:.0%} of a training step's per-layer "
                        f"latency τ (the evidence times whole training steps only)")
+    if lane.teacher_served:
+        assumed.append(f"served teacher (lane.distill.teacher_url): its scoring timed as a "
+                       f"forward at the student's size on this tier plus an assumed "
+                       f"{SCORE_ROUND_TRIP_S * 1e3:g} ms round trip per micro-batch (the "
+                       f"server's model and hardware are unknown here)")
     if not card(lane.objective).packs:
         assumed.append("a record is one row (not packed), padded to its batch's longest: time "
                        "counted at the records' own tokens, the padding not")

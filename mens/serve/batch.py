@@ -176,10 +176,12 @@ def prompt_ids(slots, p) -> list[int]:
 def wanted(req, prompts: int) -> bool:
     """Answered by mens.serve.batch (never streamed: said, not ignored)."""
     lp = req.logprobs is not None and req.logprobs is not False   # /v1/completions: 0 asks
-    wanted = (req.n or 1) > 1 or lp or bool(req.return_token_ids) or prompts > 1
+    scored = getattr(req, "prompt_logprobs", None) is not None       # vLLM's: 0 asks too
+    wanted = (req.n or 1) > 1 or lp or scored or bool(req.return_token_ids) or prompts > 1
     if wanted and req.stream:
-        raise APIError(400, "stream: n > 1, logprobs, return_token_ids and batches of prompts "
-                            "are answered whole, not streamed: send stream=false.", "stream")
+        raise APIError(400, "stream: n > 1, logprobs, prompt_logprobs, return_token_ids and "
+                            "batches of prompts are answered whole, not streamed: send "
+                            "stream=false.", "stream")
     return wanted
 
 
@@ -191,20 +193,27 @@ def head(req, slot, chat: bool) -> dict:
 
 async def respond(slots, slot, prompts: list[list[int]], gen, n: int, admission, head: dict,
                   chat: bool, reader=None, logprobs: bool = False, top: int = 0,
-                  token_ids: bool = False) -> dict:
+                  token_ids: bool = False, prompt_top: int | None = None) -> dict:
     """The whole (non-streamed) answer of a batched request: len(prompts) × n choices from one
     generate_batch call on the model thread, in OpenAI's response shape. gen: the request's
-    GenRequest (max_tokens, sampling, stop, forced opening)."""
+    GenRequest (max_tokens, sampling, stop, forced opening). prompt_top: vLLM's
+    prompt_logprobs (mens.serve.score), scored in the same turn on the model thread."""
     import asyncio
+
+    def work():
+        from mens.serve.score import prompt_logprobs
+        choices = generate_batch(slots, slot, prompts, n, gen.max_tokens, gen.temperature,
+                                 gen.top_p, gen.seed, gen.stop, top, gen.forced)
+        return choices, (None if prompt_top is None else
+                         prompt_logprobs(slots, slot, prompts, prompt_top))
 
     place = admission.enter()        # QueueFull → 503, as every request
     try:
-        fut = slots.run(generate_batch, slots, slot, prompts, n, gen.max_tokens, gen.temperature,
-                        gen.top_p, gen.seed, gen.stop, top, gen.forced)
+        fut = slots.run(work)
         place.run_by(fut)
     finally:
         place.abandon()
-    choices = await asyncio.wrap_future(fut)
+    choices, scored = await asyncio.wrap_future(fut)
     tok, out = slots.request_tokenizer, []
     for k, c in enumerate(choices):
         if chat:
@@ -218,6 +227,8 @@ async def respond(slots, slot, prompts: list[list[int]], gen, n: int, admission,
         if token_ids:
             item["token_ids"] = c.token_ids
             item["prompt_token_ids"] = list(prompts[k // n])
+        if scored is not None:
+            item["prompt_logprobs"] = scored[k // n]
         out.append(item)
     used = sum(len(p) for p in prompts), sum(len(c.token_ids) for c in choices)
     return {**head, "object": "chat.completion" if chat else "text_completion", "choices": out,

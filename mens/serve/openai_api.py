@@ -143,7 +143,7 @@ def build_app(slots: Slots, api_key: str | None = None, max_body_bytes: int = 1 
             return await batch.respond(slots, slot, prompts, gen, req.n or 1, admission,
                                        batch.head(req, slot, False), False, None,
                                        req.logprobs is not None, req.logprobs or 0,
-                                       bool(req.return_token_ids))
+                                       bool(req.return_token_ids), req.prompt_logprobs)
         prompt = prompts[0]
         return await _respond(slots, slot, req, gen, admission, chat=False)
 

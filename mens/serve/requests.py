@@ -122,6 +122,9 @@ class CompletionRequest(Sampling):
     suffix: Optional[StrictStr] = None
     best_of: Optional[StrictInt] = None
     logprobs: Optional[Annotated[StrictInt, Field(ge=0, le=20)]] = None  # legacy: how many top
+    # vLLM's extension: each prompt token's log-prob (and the top k) — scoring given tokens
+    # (mens.serve.score; a served distillation teacher)
+    prompt_logprobs: Optional[Annotated[StrictInt, Field(ge=0, le=20)]] = None
     no_op: ClassVar[dict[str, tuple]] = {**Sampling.no_op, "echo": (False,), "suffix": ("",),
                                          "best_of": (1,)}
 
