@@ -91,10 +91,11 @@ class ServedTeacher:
         self.score_s = time.perf_counter() - t0
         choices = sorted((c.model_dump() for c in resp.choices), key=lambda c: c["index"])
         if len(choices) != len(rows) or any(c.get("prompt_logprobs") is None for c in choices):
+            missing = any(c.get("prompt_logprobs") is None for c in choices)
             raise ConfigError(f"{KEY}={self.url} answered {len(choices)} choices for {len(rows)} "
-                              f"rows{'' if all(c.get('prompt_logprobs') for c in choices) else ' without prompt_logprobs'}"
-                              f": a teacher's server must honour vLLM's `prompt_logprobs` on "
-                              f"/v1/completions (mens serve and vLLM do).", key=KEY)
+                              f"rows{' without prompt_logprobs' if missing else ''}: a teacher's "
+                              f"server must honour vLLM's `prompt_logprobs` on /v1/completions "
+                              f"(mens serve and vLLM do).", key=KEY)
         out = []
         for row, c in zip(rows, choices):
             got = c["prompt_logprobs"][1:]                 # the first token has no context

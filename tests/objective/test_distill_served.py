@@ -29,7 +29,8 @@ SERVED = ["lane.distill.beta=1", "lane.distill.lmbda=1"]
 
 
 def make_teacher(where):
-    """The tiny rung, every 2-D weight but the embedding moved by its own spread (a clearly different model)."""
+    """The tiny rung, every 2-D weight but the embedding moved by its own spread: a clearly
+    different model with the student's tokenizer."""
     from mens.config.compose import compose
     from mens.model.load import load_base, load_tokenizer
 
@@ -213,8 +214,8 @@ def test_a_run_with_a_served_teacher_logs_the_reverse_kl(served, mens_cli, tmp_p
     held-out one before and after."""
     from mens.run.telemetry import read
 
-    r = mens_cli("mens", *FAST_TRAIN, "lane=distill", f"lane.distill.teacher_url={served['url']}/v1",
-                 *SERVED, f"lane.distill.max_completion_length={T}", "lane.distill.temperature=1",
+    r = mens_cli("mens", *FAST_TRAIN, "lane=distill",
+                 f"lane.distill.teacher_url={served['url']}/v1", *SERVED, f"lane.distill.max_completion_length={T}", "lane.distill.temperature=1",
                  "train.max_steps=3", "train.global_batch=2", "train.micro_batch=2",
                  "train.eval_max_records=2", "data.collateral=none",
                  f"hydra.run.dir={tmp_path / 'run'}")
