@@ -18,8 +18,6 @@ Runs on the model thread only (`Slots.run`), like mens.serve.batch.
 """
 from __future__ import annotations
 
-from mens.serve.batch import token_text
-
 
 def prompt_logprobs(slots, slot, prompts: list[list[int]], top: int) -> list[list]:
     """Per prompt: [None, {id: {logprob, rank, decoded_token}}, ...] (model thread)."""
@@ -56,4 +54,5 @@ def prompt_logprobs(slots, slot, prompts: list[list[int]], top: int) -> list[lis
 
 
 def _text(tokenizer, tid: int) -> str:
-    return token_text(tokenizer, tid)[0]
+    """vLLM's decoded_token: the token decoded alone (a piece of a character shows U+FFFD)."""
+    return tokenizer.decode([tid])
