@@ -86,8 +86,9 @@ def sampled_reverse_kl_loss(student_logps, teacher_logps, mask):
     (distillation's `reverse_kl = sampled_logprobs − teacher_logprobs`, advantages −= it, their
     importance-sampling loss −ratio·A with ratio = exp(logp − sampled logp) = 1 on-policy).
     Value: the mean of k_t over the masked tokens (the reverse-KL estimate itself); gradient:
-    mean(k_t · ∇ log s(x_t)), whose expectation over the student's samples is ∇ KL(s‖t) per
-    token. (k_t as a plain loss would differentiate to mean ∇ log s, zero in expectation.)
+    mean(k_t · ∇ log s(x_t)), whose expectation over the student's samples is the gradient of
+    each position's KL(s‖t) with its prefix held fixed (discount 0, as theirs). (k_t as a plain
+    loss would differentiate to mean ∇ log s, zero in expectation.)
     Unbiased for the student's temperature-1 distribution: sample at lane.distill.temperature=1
     for an exact on-policy estimate. Normalised as generalized_jsd_loss's batchmean."""
     import torch
