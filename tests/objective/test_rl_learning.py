@@ -16,49 +16,18 @@ others. Each test starts GRPO from an SFT warm start (train.init_adapter), train
 - length-only control: lane.grpo.reward=length rises while the exact-match pass rate does not,
   and the summary's grpo_flags call it reward hacking (the flag is rl-loop's, issue #39).
 
-The arithmetic acceptance (exact match +15 points and its shuffled control) is not here: on the
-tiny rung no measured budget raised the held-out exact match (issue #39's report).
+The arithmetic acceptance (exact match +15 points and its shuffled control) is in
+tests/objective/test_rl_arith.py.
 """
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-
 import pytest
-
-from mens.run.telemetry import read
-from mens.synth import arith
+from rl_util import mens, steps, write
 
 # slow, and a learning run: `make test-learn` (outside CI's 30-minute slow suite)
 pytestmark = [pytest.mark.slow, pytest.mark.learning]
 
-BASE = ["+hw=cpu", "logger=csv", "spoke=arith", "data=file", "data.collateral=none",
-        "curriculum=flat", "train.seq_len=128"]
 SFT = ["train.global_batch=16", "train.micro_batch=16", "lane.optimizer.lr=6e-3"]
-
-
-def mens(out, data, *args) -> dict:
-    """One real run (`python -m mens`) into `out`; its summary."""
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    p = subprocess.run([sys.executable, "-m", "mens", *BASE, f"data.path={data}/train.jsonl",
-                        f"data.eval_path={data}/eval.jsonl", *args, f"hydra.run.dir={out}"],
-                       env=env, capture_output=True, text=True, timeout=900)
-    assert p.returncode == 0, p.stderr[-3000:]
-    return json.loads((out / "summary.json").read_text())
-
-
-def steps(out) -> list[dict]:
-    return [r for r in read(out / "telemetry.jsonl") if r["event"] == "TRAIN_STEP"]
-
-
-def write(folder, **kw):
-    train, evals = arith.split(**kw)
-    folder.mkdir(parents=True, exist_ok=True)
-    arith.write_jsonl(folder / "train.jsonl", train)
-    arith.write_jsonl(folder / "eval.jsonl", evals)
-    return folder
 
 
 # ------------------------------------------------------------------ bandit sanity
