@@ -30,6 +30,19 @@ MISTRAL = ("{{ bos_token }}{% for m in messages %}{% if m['role'] == 'system' %}
            "{% if not (loop.index0 == 1 and messages[0]['role'] == 'system') %}{{ '[INST] ' }}"
            "{% endif %}{{ m['content'] + '[/INST]' }}{% else %}{{ m['content'] + eos_token }}"
            "{% endif %}{% endfor %}")
+# gpt-oss's harmony format, reduced to its turns (no channels): <|start|>role<|message|>…<|end|>
+HARMONY_SPECIALS = ["<|endoftext|>", "<|start|>", "<|message|>", "<|end|>", "<|return|>",
+                    "<|channel|>"]
+HARMONY = ("{%- for m in messages %}{{- '<|start|>' + m['role'] + '<|message|>' + m['content'] "
+           "+ '<|end|>' }}{%- endfor %}{%- if add_generation_prompt %}"
+           "{{- '<|start|>assistant' }}{%- endif %}")
+# Phi-3's format: <|user|>\n…<|end|>\n<|assistant|>\n
+PHI3_SPECIALS = ["<|endoftext|>", "<|system|>", "<|user|>", "<|assistant|>", "<|end|>"]
+PHI3 = ("{%- for m in messages %}{{- '<|' + m['role'] + '|>\\n' + m['content'] + '<|end|>\\n' }}"
+        "{%- endfor %}{%- if add_generation_prompt %}{{- '<|assistant|>\\n' }}{%- endif %}")
+DELTANET = dict(layer_types=["linear_attention", "full_attention"], linear_num_key_heads=2,
+                linear_num_value_heads=4, linear_key_head_dim=16, linear_value_head_dim=16,
+                linear_conv_kernel_dim=4)
 # family: (config class, config kwargs, specials, bos, eos, pad, chat template, Llama 3 regex)
 SMALL = dict(hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4,
              num_key_value_heads=2, max_position_embeddings=512, initializer_range=0.1)
@@ -61,6 +74,34 @@ FAMILIES = {
     "olmo2": ("Olmo2Config", dict(SMALL, tie_word_embeddings=False, eos_token_id=None,
                                   pad_token_id=None), QWEN_SPECIALS, None, "<|im_end|>",
               "<|endoftext|>", CHATML, False),
+    # mixtures of experts: 4 experts, 2 routed per token, each expert's MLP narrower
+    "qwen3_moe": ("Qwen3MoeConfig", dict(SMALL, head_dim=32, num_experts=4,
+                                         num_experts_per_tok=2, moe_intermediate_size=64,
+                                         tie_word_embeddings=False), QWEN_SPECIALS, None,
+                  "<|im_end|>", "<|endoftext|>", CHATML, False),
+    "mixtral": ("MixtralConfig", dict(SMALL, num_local_experts=4, num_experts_per_tok=2,
+                                      sliding_window=None, tie_word_embeddings=False),
+                ["<unk>", "<s>", "</s>", "[INST]", "[/INST]"], "<s>", "</s>", "<unk>", MISTRAL,
+                False),
+    # sliding windows of 8 tokens on alternate layers (gpt-oss's layer_types), attention sinks
+    "gpt_oss": ("GptOssConfig", dict(SMALL, head_dim=32, num_local_experts=4,
+                                     num_experts_per_tok=2, sliding_window=8,
+                                     tie_word_embeddings=False, eos_token_id=None,
+                                     pad_token_id=None), HARMONY_SPECIALS, None, "<|return|>",
+                "<|endoftext|>", HARMONY, False),
+    "phi3": ("Phi3Config", dict(SMALL, tie_word_embeddings=False, bos_token_id=None,
+                                eos_token_id=None, pad_token_id=None), PHI3_SPECIALS, None,
+             "<|end|>", "<|endoftext|>", PHI3, False),
+    # one Gated DeltaNet (linear-attention) layer, then one gated full-attention layer
+    "qwen3_5_text": ("Qwen3_5TextConfig", dict(SMALL, head_dim=32, **DELTANET,
+                                               tie_word_embeddings=False), QWEN_SPECIALS, None,
+                     "<|im_end|>", "<|endoftext|>", CHATML, False),
+    "qwen3_5_moe_text": ("Qwen3_5MoeTextConfig", dict(SMALL, head_dim=32, **DELTANET,
+                                                      num_experts=4, num_experts_per_tok=2,
+                                                      moe_intermediate_size=64,
+                                                      shared_expert_intermediate_size=64,
+                                                      tie_word_embeddings=False),
+                         QWEN_SPECIALS, None, "<|im_end|>", "<|endoftext|>", CHATML, False),
 }
 TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 # family: its real instruct chat template with tools (tests/data/fixtures/templates, provenance

@@ -157,6 +157,9 @@ class LoraConfig:
     alpha: int = 32
     dropout: float = 0.0
     targets: List[str] = field(default_factory=lambda: list(LORA_TARGETS))
+    # a mixture of experts: LoRA on every expert's fused weights too (PEFT target_parameters);
+    # false: attention and the router only. An error on a dense family.
+    experts: bool = False
 
 
 @dataclass

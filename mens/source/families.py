@@ -56,6 +56,15 @@ class Family:
     permute_qk: bool = False     # LlamaModel.permute on q/k (and on a LoRA's q/k lora_b)
     norm_shift: float = 0.0      # added to every *norm.weight (Gemma's (1 + w) RMSNorm)
     swa_every: int = 0           # llama.cpp's hard-coded pattern: every n-th layer full
+    # Every linear layer a LoRA may target in this family (a lane's explicit targets outside
+    # it are a ConfigError), and the default targets when the lane keeps mens's default list.
+    linear: tuple = LORA_TARGETS
+    # Mixture-of-experts: the fused 3-D expert weights (PEFT `target_parameters`, suffixes of
+    # the parameter names) that lane.lora.experts=true adds; () for a dense family.
+    experts: tuple = ()
+    # Why packed rows cannot be trained at all ("" when they can): the planner turns packing
+    # off for the family and pads each record alone, and says this.
+    no_packing: str = ""
 
 
 def _defaults(**kw):
@@ -65,6 +74,13 @@ def _defaults(**kw):
 
 
 _GEMMA_EXPORT = dict(chat="gemma", norm_shift=1.0)
+_ATTN = LORA_TARGETS[:4]                                   # q/k/v/o_proj
+_EXPERTS = ("mlp.experts.gate_up_proj", "mlp.experts.down_proj")
+_PHI3 = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj")
+_DELTANET = ("in_proj_qkv", "in_proj_z", "in_proj_b", "in_proj_a", "out_proj")
+_QWEN35_PACKING = ("Qwen3.5's linear-attention (Gated DeltaNet) layers carry a recurrent state "
+                   "along the row, which transformers' torch path does not reset at record "
+                   "boundaries")
 FAMILIES: dict[str, Family] = {f.model_type: f for f in (
     # Qwen2/2.5: biases on q/k/v only (hard-wired in Qwen2Attention, no attention_bias key)
     Family("qwen2", "Qwen2Config", "Qwen2ForCausalLM", "qwen2", qkv_bias=True, chat="chatml",
@@ -97,6 +113,43 @@ FAMILIES: dict[str, Family] = {f.model_type: f for f in (
     # the Modelfile tries every one and says so when none renders like the tokenizer's.
     Family("olmo2", "Olmo2Config", "Olmo2ForCausalLM", "olmo2", qk_norm="proj",
            defaults=_defaults(max_position_embeddings=2048, rms_norm_eps=1e-5)),
+    # Mixtures of experts: transformers 5 fuses each layer's experts into two 3-D parameters
+    # (experts.gate_up_proj, experts.down_proj), which LoRA reaches through PEFT's
+    # target_parameters (lane.lora.experts); the router (`gate`, gpt-oss's `router`) is a
+    # Linear and a default target beside attention.
+    Family("qwen3_moe", "Qwen3MoeConfig", "Qwen3MoeForCausalLM", "qwen3moe", qk_norm="head",
+           chat="chatml", linear=(*_ATTN, "gate"), lora_targets=(*_ATTN, "gate"),
+           experts=_EXPERTS,
+           defaults=_defaults(max_position_embeddings=32768, head_dim=None,
+                              num_key_value_heads=4)),
+    # llama.cpp converts Mixtral with its llama architecture (experts as ffn_*_exps)
+    Family("mixtral", "MixtralConfig", "MixtralForCausalLM", "llama", chat="mistral",
+           permute_qk=True, window_every_layer=True, linear=(*_ATTN, "gate"),
+           lora_targets=(*_ATTN, "gate"), experts=_EXPERTS,
+           no_per_record="Mixtral may attend through a sliding window",
+           defaults=_defaults(max_position_embeddings=131072, num_key_value_heads=8,
+                              rope_theta=1_000_000.0, rms_norm_eps=1e-5)),
+    Family("gpt_oss", "GptOssConfig", "GptOssForCausalLM", "gpt-oss", qkv_bias=True,
+           linear=(*_ATTN, "router"), lora_targets=(*_ATTN, "router"), experts=_EXPERTS,
+           attn="eager", attn_reason="gpt-oss adds learned attention sinks, which transformers "
+                                     "implements in eager attention only (it refuses sdpa)",
+           no_per_record="gpt-oss attends through sliding windows on alternate layers",
+           defaults=_defaults(max_position_embeddings=131072, head_dim=64,
+                              num_key_value_heads=8, rms_norm_eps=1e-5)),
+    # Phi-3 and Phi-4: fused q/k/v (qkv_proj) and gate/up (gate_up_proj) projections
+    Family("phi3", "Phi3Config", "Phi3ForCausalLM", "phi3", linear=_PHI3, lora_targets=_PHI3,
+           defaults=_defaults(max_position_embeddings=4096, rms_norm_eps=1e-5)),
+    # Qwen3.5 (published as a multimodal wrapper, model_type qwen3_5[_moe]): Gated DeltaNet
+    # linear-attention layers beside gated full attention; its MoE adds a shared expert
+    Family("qwen3_5_text", "Qwen3_5TextConfig", "Qwen3_5ForCausalLM", "qwen35",
+           qk_norm="head", chat="chatml", linear=(*LORA_TARGETS, *_DELTANET),
+           lora_targets=(*LORA_TARGETS, *_DELTANET), no_packing=_QWEN35_PACKING,
+           defaults=_defaults(max_position_embeddings=32768, head_dim=256)),
+    Family("qwen3_5_moe_text", "Qwen3_5MoeTextConfig", "Qwen3_5MoeForCausalLM", "qwen35moe",
+           qk_norm="head", chat="chatml", linear=(*LORA_TARGETS, *_DELTANET, "gate"),
+           lora_targets=(*LORA_TARGETS, *_DELTANET, "gate"), experts=_EXPERTS,
+           no_packing=_QWEN35_PACKING,
+           defaults=_defaults(max_position_embeddings=32768, head_dim=256)),
 )}
 # The family of a rung or record written before rungs named one (Qwen3, the only family then).
 DEFAULT_FAMILY = "qwen3"
@@ -105,7 +158,8 @@ DEFAULT_FAMILY = "qwen3"
 WINDOW_EVERY_LAYER = {"mixtral", *(f.model_type for f in FAMILIES.values()
                                    if f.window_every_layer)}
 # config.json model_types that wrap a supported text model in `text_config`
-WRAPPERS = {"gemma3": "gemma3_text"}
+WRAPPERS = {"gemma3": "gemma3_text", "qwen3_5": "qwen3_5_text",
+            "qwen3_5_moe": "qwen3_5_moe_text"}
 SUPPORTED = ", ".join([*FAMILIES, *(f"{w} (its text_config)" for w in WRAPPERS)])
 
 
@@ -117,6 +171,21 @@ def family(name: str, source: str = "rung.family") -> Family:
                           f"supported: {SUPPORTED}. Pick a model of one of these families.",
                           key="rung.family")
     return FAMILIES[name]
+
+
+def lora_targets(fam: Family, targets, source: str = "lane.lora.targets") -> tuple:
+    """The LoRA targets a lane gets on this family: the family's defaults when the lane keeps
+    mens's default list (Phi-3 has no q_proj: its qkv_proj is fused), else the lane's own,
+    each of which must be a linear layer of the family (ConfigError naming the ones there are)."""
+    targets = tuple(targets)
+    if targets == LORA_TARGETS:
+        return fam.lora_targets
+    bad = [t for t in targets if t not in fam.linear]
+    if bad:
+        raise ConfigError(f"{source}: {bad} are not linear layers of a {fam.model_type} model; "
+                          f"its layers are {list(fam.linear)}. Name targets among these.",
+                          key="lane.lora.targets")
+    return targets
 
 
 def text_config(config: Mapping, source: str, notes: list[str] | None = None) -> Mapping:
