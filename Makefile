@@ -65,7 +65,7 @@ test: install ## the test suite (CPU only, skips tests marked slow)
 test-slow: install ## the slow acceptance tests only (FSDP2/DDP runs, resume after SIGKILL, browser round trip, gates, wheel installs, fuzzing): CI runs them after `make test`
 	$(TEST_ENV) $(PY) -m pytest -q -m "slow and not learning" --durations=15 $(XDIST) $(ARGS)
 
-test-learn: install ## the RL/distillation learning runs (GRPO bandit on 3 seeds, reward-hacking control, distillation; ~12 min on 2 cores): outside CI's slow suite
+test-learn: install ## the RL/distillation learning runs (GRPO bandit on 3 seeds, reward-hacking control, arithmetic and its shuffled control, distillation; ~40 min on 2 cores): outside CI's slow suite
 	$(TEST_ENV) $(PY) -m pytest -q -m learning $(XDIST) $(ARGS)
 
 test-full: install ## every test, slow ones included
