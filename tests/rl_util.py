@@ -34,3 +34,22 @@ def write(folder, **kw):
     arith.write_jsonl(folder / "train.jsonl", train)
     arith.write_jsonl(folder / "eval.jsonl", evals)
     return folder
+
+
+def student(spec):
+    """(model, tokenizer, two chat records, encoder) of a distillation spec: its model with the
+    LoRA B matrices moved off zero (so the student differs from a teacher that is its base)."""
+    import torch
+
+    from mens.data.examples import run_encoder
+    from mens.model.load import load_model
+
+    model, tok = load_model(spec)
+    torch.manual_seed(0)
+    for n, p in model.named_parameters():
+        if "lora_B" in n:
+            p.data.normal_(0, 0.05)
+    records = [{"id": f"r{i}", "messages": [{"role": "user", "content": q},
+                                            {"role": "assistant", "content": a}]}
+               for i, (q, a) in enumerate([("say hi", "hi there"), ("count", "1 2 3")])]
+    return model, tok, records, run_encoder(tok, spec)

@@ -10,6 +10,7 @@ import os
 import pytest
 import torch
 
+import rl_util
 from mens.objective.distill import generalized_jsd_loss
 
 TOL = 1e-5
@@ -120,23 +121,13 @@ def student(tmp_path_factory):
     """The tiny rung with a LoRA adapter moved off zero (so it differs from its teacher, the
     tiny rung itself), bound to two chat records."""
     from mens.config.compose import compose
-    from mens.data.examples import run_encoder
-    from mens.model.load import load_model
     from mens.plan.spec import compile_run
 
     spec, _ = compile_run(compose(["+hw=cpu", "train.seq_len=128", "train.micro_batch=2",
                                    "train.global_batch=2", "lane=distill",
                                    "lane.distill.teacher=tiny",
                                    "lane.distill.max_completion_length=8"]), "train")
-    model, tok = load_model(spec)
-    torch.manual_seed(0)
-    for n, p in model.named_parameters():
-        if "lora_B" in n:
-            p.data.normal_(0, 0.05)
-    records = [{"id": f"r{i}", "messages": [{"role": "user", "content": q},
-                                            {"role": "assistant", "content": a}]}
-               for i, (q, a) in enumerate([("say hi", "hi there"), ("count", "1 2 3")])]
-    return spec, model, tok, records, run_encoder(tok, spec)
+    return (spec, *rl_util.student(spec))
 
 
 @pytest.mark.parametrize("lmbda, seq_kd, source", [(1.0, False, "student"),

@@ -21,6 +21,7 @@ import httpx
 import pytest
 import torch
 
+import rl_util
 from serve_util import serving
 from train_util import FAST_TRAIN
 
@@ -52,8 +53,6 @@ def served(tmp_path_factory):
     encoder): a real server over the teacher directory, and the student — the tiny rung with
     its LoRA B matrices moved off zero — whose spec names the server."""
     from mens.config.compose import compose
-    from mens.data.examples import run_encoder
-    from mens.model.load import load_model
     from mens.objective.distill import load_teacher
     from mens.plan.spec import compile_run
     from mens.serve.openai_api import build_app
@@ -69,17 +68,10 @@ def served(tmp_path_factory):
                                         f"lane.distill.max_completion_length={T}"]), "train")[0]
         spec = spec_for(f"lane.distill.teacher_url={url}/v1", *SERVED)
         local_spec = spec_for(f"lane.distill.teacher={where}", *SERVED)
-        model, tok = load_model(spec)
-        torch.manual_seed(0)
-        for n, p in model.named_parameters():
-            if "lora_B" in n:
-                p.data.normal_(0, 0.05)
-        records = [{"id": f"r{i}", "messages": [{"role": "user", "content": q},
-                                                {"role": "assistant", "content": a}]}
-                   for i, (q, a) in enumerate([("say hi", "hi there"), ("count", "1 2 3")])]
+        model, tok, records, encoder = rl_util.student(spec)
         yield {"url": url, "where": where, "teacher": load_teacher(local_spec, model),
                "spec": spec, "local_spec": local_spec, "model": model, "tok": tok,
-               "records": records, "encoder": run_encoder(tok, spec)}
+               "records": records, "encoder": encoder}
     slots.close()
 
 
