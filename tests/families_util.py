@@ -75,17 +75,20 @@ FAMILIES = {
                                   pad_token_id=None), QWEN_SPECIALS, None, "<|im_end|>",
               "<|endoftext|>", CHATML, False),
     # mixtures of experts: 4 experts, 2 routed per token, each expert's MLP narrower
+    # (top-k weights renormalised, as Qwen3-30B-A3B's config.json says and llama.cpp computes)
     "qwen3_moe": ("Qwen3MoeConfig", dict(SMALL, head_dim=32, num_experts=4,
                                          num_experts_per_tok=2, moe_intermediate_size=64,
-                                         tie_word_embeddings=False), QWEN_SPECIALS, None,
+                                         norm_topk_prob=True, tie_word_embeddings=False), QWEN_SPECIALS, None,
                   "<|im_end|>", "<|endoftext|>", CHATML, False),
     "mixtral": ("MixtralConfig", dict(SMALL, num_local_experts=4, num_experts_per_tok=2,
                                       sliding_window=None, tie_word_embeddings=False),
                 ["<unk>", "<s>", "</s>", "[INST]", "[/INST]"], "<s>", "</s>", "<unk>", MISTRAL,
                 False),
     # sliding windows of 8 tokens on alternate layers (gpt-oss's layer_types), attention sinks
+    # (max_position_embeddings = yarn's factor 32 x its original 4096, as gpt-oss-20b's)
     "gpt_oss": ("GptOssConfig", dict(SMALL, head_dim=32, num_local_experts=4,
                                      num_experts_per_tok=2, sliding_window=8,
+                                     max_position_embeddings=131072,
                                      tie_word_embeddings=False, eos_token_id=None,
                                      pad_token_id=None), HARMONY_SPECIALS, None, "<|return|>",
                 "<|endoftext|>", HARMONY, False),

@@ -40,6 +40,24 @@ PRE = {QWEN2_PAT: "qwen2", LLAMA3_PAT: "llama-bpe"}
 IGNORE_MERGES = {"llama-bpe"}     # llama.cpp sets ignore_merges for these pre types
 
 
+# Families llama.cpp loads but whose converter transforms mens does not write yet.
+UNWRITTEN = {
+    "qwen3_5_text": "mens does not write Qwen3.5's GGUF yet (llama.cpp's `qwen35` needs the "
+                    "converter's Gated DeltaNet transforms: value-head reordering, A_log -> "
+                    "-exp, conv1d squeeze, norm + 1, M-RoPE sections)",
+    "qwen3_5_moe_text": "mens does not write Qwen3.5-MoE's GGUF yet (llama.cpp's `qwen35moe` "
+                        "needs the converter's Gated DeltaNet transforms: value-head "
+                        "reordering, A_log -> -exp, conv1d squeeze, norm + 1, M-RoPE sections)",
+}
+# gpt-oss's published experts are MXFP4; a merged LoRA is not.
+GPT_OSS_NOTE = ("gpt-oss: the experts are written at the export type, not in the published "
+                "MXFP4: a merged LoRA moves them off MXFP4's grid (W + BA), so re-quantising "
+                "would round every expert weight again and llama.cpp would no longer decode like "
+                "the merged model the export is verified against; llama.cpp's converter keeps "
+                "MXFP4 only by copying an unmodified checkpoint's blocks. `llama-quantize` with "
+                "type MXFP4_MOE makes an MXFP4 file from this GGUF where its size matters more")
+
+
 def load_config(hf_dir: Path) -> dict:
     return json.loads((Path(hf_dir) / "config.json").read_text())
 
@@ -136,9 +154,26 @@ def check_supported(fam: Family, cfg: dict, where) -> None:
                           f"transformers does, so mens does not write a GGUF of it (set "
                           f"export.gguf=[] and keep the merged HF dir).", key="export.gguf")
 
+    if fam.model_type in UNWRITTEN:
+        raise ConfigError(f"{where}: {fam.model_type}: {UNWRITTEN[fam.model_type]}; set "
+                          f"export.gguf=[] and keep the merged HF dir, or convert that dir with "
+                          f"llama.cpp's convert_hf_to_gguf.py.", key="export.gguf")
     rtype = str(_rope(cfg).get("rope_type") or "default").lower()
-    if rtype not in ("default", "linear") and not (rtype == "llama3" and fam.gguf_arch == "llama"):
+    if rtype not in ("default", "linear") and not (rtype == "llama3" and fam.gguf_arch == "llama") \
+            and not (rtype == "yarn" and fam.gguf_arch == "gpt-oss"):
         refuse(f"rope_type `{rtype}`")
+    if fam.gguf_arch == "qwen3moe":      # llama.cpp's qwen3moe graph: every layer MoE, top-k
+        if not cfg.get("norm_topk_prob", False):      # weights always renormalised
+            refuse("norm_topk_prob false (llama.cpp renormalises the top-k routing weights)")
+        if cfg.get("mlp_only_layers") or cfg.get("decoder_sparse_step", 1) != 1:
+            refuse("dense MLP layers among the MoE ones (mlp_only_layers / "
+                   "decoder_sparse_step)")
+    if fam.gguf_arch == "gpt-oss":
+        n = cfg["num_hidden_layers"]
+        want = ["sliding_attention" if i % 2 == 0 else "full_attention" for i in range(n)]
+        if cfg.get("layer_types") and cfg["layer_types"] != want:
+            refuse(f"layer_types {cfg['layer_types']} (llama.cpp assumes sliding, full, "
+                   f"sliding, … from layer 0)")
     if fam.gguf_arch in ("gemma2", "gemma3"):
         hd, scalar = head_dim(cfg), cfg.get("query_pre_attn_scalar", head_dim(cfg))
         if scalar != hd:   # llama.cpp scales queries by 1/sqrt(head_dim) (27B: n_embd/n_head)
@@ -160,6 +195,17 @@ def check_supported(fam: Family, cfg: dict, where) -> None:
 def notes(fam: Family, cfg: dict) -> list[str]:
     """What the GGUF computes differently where it is not refused: said in the manifest."""
     out = []
+    if fam.gguf_arch == "phi3" and cfg.get("sliding_window"):
+        out.append(f"phi3: llama.cpp disables Phi-3's sliding window ({cfg['sliding_window']} "
+                   f"tokens; llama.cpp PR 13676): outputs equal transformers' up to that "
+                   f"context length only")
+    if fam.gguf_arch == "gpt-oss":
+        out.append(GPT_OSS_NOTE)
+        if _rope(cfg).get("truncate", True) is False:
+            out.append("gpt-oss: config.json's yarn rope says truncate=false, but llama.cpp "
+                       "rounds yarn's correction range to whole dimensions (truncate=true, "
+                       "ggml_rope_yarn_corr_dims): its logits differ from transformers' (~1e-2 "
+                       "on a tiny model), so greedy decodes may part where tokens are close")
     if fam.window_every_layer and cfg.get("sliding_window"):
         out.append(f"mistral: llama.cpp runs it as arch `llama` without the sliding window "
                    f"({cfg['sliding_window']} tokens): outputs equal transformers' up to that "
@@ -191,6 +237,29 @@ def add_metadata(w, fam: Family, cfg: dict) -> None:
     if fam.gguf_arch == "llama":
         w.add_vocab_size(cfg["vocab_size"])
         w.add_rope_dimension_count(hd)
+    if fam.experts:                      # TextModel.set_gguf_parameters' expert keys
+        w.add_expert_count(cfg.get("num_local_experts") or cfg["num_experts"])
+        w.add_expert_used_count(cfg["num_experts_per_tok"])
+    if fam.gguf_arch in ("qwen3moe", "qwen35moe"):          # Qwen2MoeModel
+        w.add_expert_feed_forward_length(cfg["moe_intermediate_size"])
+    if fam.gguf_arch == "gpt-oss":                          # GptOssModel
+        w.add_sliding_window(cfg["sliding_window"])
+        w.add_expert_feed_forward_length(cfg["intermediate_size"])
+        import gguf
+        w.add_rope_scaling_type(gguf.RopeScalingType.YARN)
+        w.add_rope_scaling_factor(float(rope["factor"]))
+        w.add_rope_scaling_orig_ctx_len(int(rope["original_max_position_embeddings"]))
+        for k, add in (("beta_fast", w.add_rope_scaling_yarn_beta_fast),
+                       ("beta_slow", w.add_rope_scaling_yarn_beta_slow)):
+            if rope.get(k) is not None:
+                add(float(rope[k]))
+    if fam.gguf_arch == "phi3":                             # Phi3MiniModel
+        w.add_rope_scaling_orig_ctx_len(int(rope.get("original_max_position_embeddings") or
+                                            cfg.get("original_max_position_embeddings") or
+                                            cfg["max_position_embeddings"]))
+        part = rope.get("partial_rotary_factor", 1.0)
+        w.add_rope_dimension_count(int(part * cfg["hidden_size"]) // cfg["num_attention_heads"])
+        w.add_sliding_window(cfg.get("sliding_window") or 0)   # 0: Phi-4, no window
     if fam.gguf_arch == "gemma2":
         w.add_attn_logit_softcapping(float(cfg["attn_logit_softcapping"]))
         w.add_final_logit_softcapping(float(cfg["final_logit_softcapping"]))

@@ -67,10 +67,14 @@ def _tied(cfg: dict, hf_dir: Path) -> bool:
     return bool(arch.family_of(cfg, hf_dir).defaults["tie_word_embeddings"])
 
 
-def tensor_plan(src, hf_dir: Path, qtype: str) -> list[tuple[str | None, str, tuple, object]]:
-    """(hf name, gguf name, shape, ggml type) per tensor; the tied lm_head is not written; the
-    family's extra tensors (Llama 3.1 rope_freqs) come last with hf name None."""
+def tensor_plan(src, hf_dir: Path, qtype: str) -> list[tuple[tuple, str, tuple, object, object]]:
+    """(hf source names, gguf name, shape, ggml type, make) per tensor: make(source tensors) is
+    the family's regrouping (experts stacked or split, mens/export/experts.py) or None for one
+    tensor as it is; the tied lm_head is not written; the family's extra tensors (Llama 3.1
+    rope_freqs) come last with no sources."""
     import gguf
+
+    from mens.export import experts
 
     cfg = arch.load_config(hf_dir)
     fam = arch.family_of(cfg, hf_dir)
@@ -78,7 +82,7 @@ def tensor_plan(src, hf_dir: Path, qtype: str) -> list[tuple[str | None, str, tu
     name_map = arch.name_map(fam, cfg)
     tied = _tied(cfg, hf_dir)
     plan = []
-    for n in src.names:
+    for n, srcs, shape, make in experts.gguf_sources(fam.model_type, src.names, src.shapes):
         if n == "lm_head.weight" and tied:
             continue
         g = name_map.get_name(n, try_suffixes=(".weight", ".bias"))
@@ -86,15 +90,16 @@ def tensor_plan(src, hf_dir: Path, qtype: str) -> list[tuple[str | None, str, tu
             raise ConfigError(f"{hf_dir}: tensor {n} has no GGUF name for llama.cpp's arch "
                               f"`{fam.gguf_arch}` ({fam.model_type}); mens exports the families' "
                               f"plain *ForCausalLM models only.", key="export.gguf")
-        shape = tuple(src.shapes[n])
+        shape = tuple(shape)
         t = _ggml_type(qtype)
-        if len(shape) < 2:
-            t = gguf.GGMLQuantizationType.F32           # norms: F32 at every type, as llama.cpp
+        if len(shape) < 2 or g.endswith("_norm.weight") or not g.endswith(".weight") \
+                or ".ffn_gate_inp" in g:        # the converter's always-F32 tensors: norms,
+            t = gguf.GGMLQuantizationType.F32   # biases (experts' 2-D ones too), routers
         elif shape[-1] % gguf.GGML_QUANT_SIZES[t][0]:
             t = gguf.GGMLQuantizationType.F16   # rows not a block multiple: as the converters do
-        plan.append((n, g, shape, t))
+        plan.append((srcs, g, shape, t, make))
     for g, x in arch.extra_tensors(fam, cfg).items():
-        plan.append((None, g, tuple(x.shape), gguf.GGMLQuantizationType.F32))
+        plan.append(((), g, tuple(x.shape), gguf.GGMLQuantizationType.F32, None))
     return plan
 
 
@@ -198,7 +203,7 @@ def write_model_gguf(src, hf_dir: Path, out: Path, qtype: str, name: str) -> Pat
     with atomic_path(out) as tmp:
         w = gguf.GGUFWriter(tmp, fam.gguf_arch)
         _model_metadata(w, hf_dir, qtype, name)
-        for _, g, shape, t in plan:           # header from shapes alone: nothing loaded yet
+        for _, g, shape, t, _ in plan:        # header from shapes alone: nothing loaded yet
             byte_shape = gguf.quant_shape_to_byte_shape(shape, t)
             w.add_tensor_info(g, byte_shape, np.dtype(np.uint8), int(np.prod(byte_shape)),
                               raw_dtype=t)
@@ -206,8 +211,14 @@ def write_model_gguf(src, hf_dir: Path, out: Path, qtype: str, name: str) -> Pat
         w.write_kv_data_to_file()
         w.write_ti_data_to_file()
         from tqdm.auto import tqdm
-        for n, g, _, t in tqdm(plan, desc=f"export {out.name}", unit="tensor", leave=False):
-            x = extra[g] if n is None else arch.transform(fam, cfg, n, src.get(n))
+        for srcs, g, _, t, make in tqdm(plan, desc=f"export {out.name}", unit="tensor",
+                                        leave=False):
+            if not srcs:
+                x = extra[g]
+            elif make is None:
+                x = arch.transform(fam, cfg, srcs[0], src.get(srcs[0]))
+            else:                             # one layer's experts at a time
+                x = arch.transform(fam, cfg, g, make([src.get(n) for n in srcs])).contiguous()
             w.write_tensor_data(_convert(x, t))            # one tensor in memory at a time
         w.close()
     return out

@@ -50,6 +50,8 @@ def hf_model(config_dir: Path, src, emulate: str | None = None):
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
+    from mens.export import experts
+
     try:                          # the weights are replaced below: skip random init (seconds)
         from transformers.initialization import no_init_weights
     except ImportError:
@@ -60,6 +62,8 @@ def hf_model(config_dir: Path, src, emulate: str | None = None):
         model = AutoModelForCausalLM.from_config(config, dtype=torch.float32,
                                                  attn_implementation="eager").eval()
     state = {n: src.get(n).float() for n in src.names}
+    # MoE checkpoints keep one tensor per expert; the model holds them fused (transformers 5)
+    state = experts.fuse(config.model_type, config.to_dict(), state)
     rt = {"f16": torch.float16, "bf16": torch.bfloat16}.get(emulate)
     if rt is not None:
         state = {n: t.to(rt).float() if t.dim() == 2 else t for n, t in state.items()}
