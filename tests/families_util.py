@@ -85,10 +85,15 @@ FAMILIES = {
                 ["<unk>", "<s>", "</s>", "[INST]", "[/INST]"], "<s>", "</s>", "<unk>", MISTRAL,
                 False),
     # sliding windows of 8 tokens on alternate layers (gpt-oss's layer_types), attention sinks
-    # (max_position_embeddings = yarn's factor 32 x its original 4096, as gpt-oss-20b's)
+    # gpt-oss-20b's yarn rope (max_position_embeddings = factor 32 x original 4096) but with
+    # truncate=true, what llama.cpp computes: the published truncate=false parts from it
+    # (tests/export/test_families_gguf.py measures by how much)
     "gpt_oss": ("GptOssConfig", dict(SMALL, head_dim=32, num_local_experts=4,
                                      num_experts_per_tok=2, sliding_window=8,
-                                     max_position_embeddings=131072,
+                                     max_position_embeddings=131072, rope_parameters=dict(
+                                         rope_type="yarn", rope_theta=150000.0, factor=32.0,
+                                         beta_fast=32.0, beta_slow=1.0, truncate=True,
+                                         original_max_position_embeddings=4096),
                                      tie_word_embeddings=False, eos_token_id=None,
                                      pad_token_id=None), HARMONY_SPECIALS, None, "<|return|>",
                 "<|endoftext|>", HARMONY, False),

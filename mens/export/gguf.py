@@ -103,13 +103,16 @@ def tensor_plan(src, hf_dir: Path, qtype: str) -> list[tuple[tuple, str, tuple, 
     return plan
 
 
-def preflight(hf_dir: Path) -> list[str]:
-    """Everything a GGUF export of hf_dir can refuse, checked before any file is written (exit 2
-    naming the cause: family, config, tokenizer kind); returns notes for the manifest."""
+def preflight(hf_dir: Path, adapter=None) -> list[str]:
+    """Everything a GGUF export of hf_dir (and of `adapter` as a LoRA GGUF, when given) can
+    refuse, checked before any file is written (exit 2 naming the cause: family, config,
+    tokenizer kind, expert LoRA); returns notes for the manifest."""
     cfg = arch.load_config(hf_dir)
     fam = arch.family_of(cfg, hf_dir)
     arch.check_supported(fam, cfg, hf_dir)
     arch.tokenizer_pre(Path(hf_dir))
+    if adapter is not None:
+        check_adapter_gguf(adapter)
     return arch.notes(fam, cfg) + template_notes(hf_dir)
 
 
@@ -136,11 +139,31 @@ def _model_metadata(w, hf_dir: Path, qtype: str, name: str) -> None:
 
     cfg = arch.load_config(hf_dir)
     w.add_type(gguf.GGUFType.MODEL)
-    w.add_name(name)
+    w.add_name(_safe_name(name, hf_dir))
     arch.add_metadata(w, arch.family_of(cfg, hf_dir), cfg)
     w.add_file_type(getattr(gguf.LlamaFileType, FILE_TYPES[qtype]))
     w.add_quantization_version(gguf.GGML_QUANT_VERSION)
     add_tokenizer(w, hf_dir, cfg["vocab_size"])
+
+
+def _safe_name(name: str, hf_dir: Path) -> str:
+    """general.name, unless llama.cpp would fail to load the file for it: llama-vocab.cpp gives
+    Phi-3's token attributes to any model whose name contains "phi3"/"phi-3" and looks up
+    `</s>`, `<unk>`, `<s>`, `<|endoftext|>` (unordered_map::at: the load aborts) — which a
+    byte-level BPE (Phi-4) vocab lacks. Then the name is written with "phi_3", and said."""
+    low = name.lower()
+    if "phi3" not in low and "phi-3" not in low:
+        return name
+    vocab = json.loads((Path(hf_dir) / "tokenizer.json").read_text())
+    have = set(vocab.get("model", {}).get("vocab", {})) | \
+        {a["content"] for a in vocab.get("added_tokens", [])}
+    if {"</s>", "<unk>", "<s>", "<|endoftext|>"} <= have:
+        return name
+    import re
+    safe = re.sub(r"(?i)phi-?3", "phi_3", name)
+    print(f"mens: GGUF general.name `{safe}`, not `{name}`: llama.cpp fails to load a model "
+          f"named phi3/phi-3 whose vocab lacks Phi-3's </s>, <unk>, <s>, <|endoftext|>")
+    return safe
 
 
 def add_tokenizer(w, hf_dir: Path, n_vocab: int) -> None:
@@ -241,11 +264,25 @@ def _convert(x, t):
     return out.reshape(gguf.quant_shape_to_byte_shape(tuple(x.shape), t))
 
 
+def check_adapter_gguf(adapter) -> None:
+    """A LoRA on the fused experts (PEFT target_parameters) has no GGUF adapter form: llama.cpp's
+    convert_lora_to_gguf.py pairs only lora_A/lora_B of 2-D weights (it has no ParamWrapper
+    branch: `experts.base_layer` maps to no tensor) and its loader expects 2-D lora_a/lora_b."""
+    if adapter.experts:
+        raise ConfigError(f"{adapter.path}: the adapter puts LoRA on the experts' fused weights "
+                          f"({', '.join(sorted(adapter.experts)[:2])}, …; lane.lora.experts="
+                          f"true), which llama.cpp's LoRA GGUF format cannot hold "
+                          f"(convert_lora_to_gguf.py handles 2-D lora_A/lora_B pairs only). Set "
+                          f"export.adapter_gguf=false and use the merged GGUF instead.",
+                          key="export.adapter_gguf")
+
+
 def write_adapter_gguf(adapter, hf_dir: Path, out: Path, name: str) -> Path:
     """LoRA adapter GGUF: general.type=adapter, adapter.lora.alpha (f32), <name>.lora_a/.lora_b."""
     import gguf
     import numpy as np
 
+    check_adapter_gguf(adapter)
     cfg = arch.load_config(hf_dir)
     fam = arch.family_of(cfg, hf_dir)
     arch.check_supported(fam, cfg, hf_dir)     # an adapter of a base llama.cpp can't run
