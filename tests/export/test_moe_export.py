@@ -149,6 +149,9 @@ def test_gpt_oss_notes_mxfp4_and_measures_llama_cpps_truncated_yarn(tmp_path):
         want = ref(torch.tensor([ids])).logits[0].numpy()
     llm = llama(write_model_gguf(SafetensorsDir(hf), hf, tmp_path / "m.gguf", "f32", "x"))
     llm.eval(ids)
-    diff = np.abs(np.array(llm.scores[:len(ids)]) - want).max()
-    print("gpt-oss truncate=false: max |logit diff| llama.cpp vs transformers", diff)
-    assert 1e-3 < diff < 5.0
+    got = np.array(llm.scores[:len(ids)])
+    diff, top1 = np.abs(got - want).max(), (got.argmax(1) == want.argmax(1)).mean()
+    print(f"gpt-oss truncate=false: llama.cpp vs transformers: max |logit diff| {diff:.3g}, "
+          f"top-1 agreement {top1:.3f} over {len(ids)} positions")
+    assert diff > 1e-3                  # parts from transformers (truncate=true: 0 exactly) …
+    assert top1 >= 0.8                  # … but it is the same model, not another one
