@@ -26,6 +26,7 @@ import math
 from pathlib import Path
 
 from mens.errors import ConfigError
+from mens.export import qwen35
 from mens.source.families import FAMILIES, Family
 
 
@@ -41,14 +42,7 @@ IGNORE_MERGES = {"llama-bpe"}     # llama.cpp sets ignore_merges for these pre t
 
 
 # Families llama.cpp loads but whose converter transforms mens does not write yet.
-UNWRITTEN = {
-    "qwen3_5_text": "mens does not write Qwen3.5's GGUF yet (llama.cpp's `qwen35` needs the "
-                    "converter's Gated DeltaNet transforms: value-head reordering, A_log -> "
-                    "-exp, conv1d squeeze, norm + 1, M-RoPE sections)",
-    "qwen3_5_moe_text": "mens does not write Qwen3.5-MoE's GGUF yet (llama.cpp's `qwen35moe` "
-                        "needs the converter's Gated DeltaNet transforms: value-head "
-                        "reordering, A_log -> -exp, conv1d squeeze, norm + 1, M-RoPE sections)",
-}
+UNWRITTEN: dict[str, str] = {}
 # gpt-oss's published experts are MXFP4; a merged LoRA is not.
 GPT_OSS_NOTE = ("gpt-oss: the experts are written at the export type, not in the published "
                 "MXFP4: a merged LoRA moves them off MXFP4's grid (W + BA), so re-quantising "
@@ -107,6 +101,8 @@ def permute(w, n_head: int):
 
 def transform(fam: Family, cfg: dict, name: str, w):
     """A HF tensor as llama.cpp expects it (TextModel.modify_tensors of the family)."""
+    if fam.gguf_arch in qwen35.ARCHS:
+        return qwen35.transform(cfg, name, w)
     if fam.permute_qk and name.endswith(("q_proj.weight", "q_proj.bias")):
         w = permute(w, cfg["num_attention_heads"])
     elif fam.permute_qk and name.endswith(("k_proj.weight", "k_proj.bias")):
@@ -116,9 +112,23 @@ def transform(fam: Family, cfg: dict, name: str, w):
     return w
 
 
-def transform_lora_b(fam: Family, cfg: dict, name: str, b):
-    """PEFT's B [out, r] of a target: the base's row permutation applies to it too."""
-    return transform(fam, cfg, name, b) if name.endswith(("q_proj.weight", "k_proj.weight")) else b
+def source(fam: Family, name: str, shape: tuple) -> tuple[str, tuple]:
+    """(the name gguf-py's map knows, the shape written) of a checkpoint tensor: renamed or
+    squeezed where the family's converter does (Qwen3.5's dt_bias, conv1d)."""
+    return qwen35.source(name, shape) if fam.gguf_arch in qwen35.ARCHS else (name, shape)
+
+
+def transform_lora(fam: Family, cfg: dict, name: str, a, b):
+    """PEFT's A [r, in] and B [out, r] of a target: the base's row permutations apply to B (q/k
+    of llama / mistral; Qwen3.5's value heads in in_proj_*), its column ones to A (Qwen3.5's
+    out_proj), as convert_lora_to_gguf runs modify_tensors on the pair."""
+    if fam.gguf_arch in qwen35.ARCHS and ".linear_attn." in name:
+        if ".out_proj." in name:
+            return qwen35.transform(cfg, name, a), b
+        return a, qwen35.transform(cfg, name, b)
+    if name.endswith(("q_proj.weight", "k_proj.weight")):
+        return a, transform(fam, cfg, name, b)
+    return a, b
 
 
 def extra_tensors(fam: Family, cfg: dict) -> dict:
@@ -253,6 +263,8 @@ def add_metadata(w, fam: Family, cfg: dict) -> None:
                        ("beta_slow", w.add_rope_scaling_yarn_beta_slow)):
             if rope.get(k) is not None:
                 add(float(rope[k]))
+    if fam.gguf_arch in qwen35.ARCHS:
+        qwen35.add_metadata(w, cfg, rope, cfg["num_hidden_layers"])
     if fam.gguf_arch == "phi3":                             # Phi3MiniModel
         w.add_rope_scaling_orig_ctx_len(int(rope.get("original_max_position_embeddings") or
                                             cfg.get("original_max_position_embeddings") or

@@ -85,6 +85,7 @@ def tensor_plan(src, hf_dir: Path, qtype: str) -> list[tuple[tuple, str, tuple, 
     for n, srcs, shape, make in experts.gguf_sources(fam.model_type, src.names, src.shapes):
         if n == "lm_head.weight" and tied:
             continue
+        n, shape = arch.source(fam, n, shape)
         g = name_map.get_name(n, try_suffixes=(".weight", ".bias"))
         if g is None:
             raise ConfigError(f"{hf_dir}: tensor {n} has no GGUF name for llama.cpp's arch "
@@ -93,8 +94,8 @@ def tensor_plan(src, hf_dir: Path, qtype: str) -> list[tuple[tuple, str, tuple, 
         shape = tuple(shape)
         t = _ggml_type(qtype)
         if len(shape) < 2 or g.endswith("_norm.weight") or not g.endswith(".weight") \
-                or ".ffn_gate_inp" in g:        # the converter's always-F32 tensors: norms,
-            t = gguf.GGMLQuantizationType.F32   # biases (experts' 2-D ones too), routers
+                or ".ffn_gate_inp" in g or ".ssm_conv1d" in g:  # the converter's always-F32
+            t = gguf.GGMLQuantizationType.F32   # norms, biases (2-D expert ones too), routers
         elif shape[-1] % gguf.GGML_QUANT_SIZES[t][0]:
             t = gguf.GGMLQuantizationType.F16   # rows not a block multiple: as the converters do
         plan.append((srcs, g, shape, t, make))
@@ -300,10 +301,10 @@ def write_adapter_gguf(adapter, hf_dir: Path, out: Path, name: str) -> Path:
                                   f"(llama.cpp adapts the block matrices only); set "
                                   f"export.adapter_gguf=false and use the merged GGUF.",
                                   key="export.adapter_gguf")
-            # PEFT's A [r, in] and B [out, r]; B's rows permuted as the base's q/k rows are
-            # (llama/mistral); gguf-py reverses dims into ne
-            b = arch.transform_lora_b(fam, cfg, n, b)
-            w.add_tensor(f"{g}.lora_a", a.float().numpy().astype(np.float32))
+            # PEFT's A [r, in] and B [out, r], permuted as the base's rows / columns are
+            # (llama/mistral q/k, Qwen3.5's value heads); gguf-py reverses dims into ne
+            a, b = arch.transform_lora(fam, cfg, n, a, b)
+            w.add_tensor(f"{g}.lora_a", a.float().contiguous().numpy().astype(np.float32))
             w.add_tensor(f"{g}.lora_b", b.float().contiguous().numpy().astype(np.float32))
         w.write_header_to_file()
         w.write_kv_data_to_file()

@@ -25,13 +25,17 @@ llama_cpp = pytest.importorskip("llama_cpp", reason="llama-cpp-python is not ins
                                 "`make install` builds it (dev extra, ~8 min on 2 cores)")
 
 N_NEW = 10
-EXPORTED = [f for f in FAMILIES if f not in UNWRITTEN]     # Qwen3.5: refused, tested below
+EXPORTED = [f for f in FAMILIES if f not in UNWRITTEN]
+
+
+# routers that are no nn.Linear in transformers 5 (TopKRouter modules): PEFT refuses them
+NOT_LINEAR = {"gpt_oss": "router", "qwen3_5_moe_text": "gate"}
 
 
 def targets(fam: str) -> list[str]:
     """Every linear layer of the family's decoder layer (its default LoRA targets, fused Phi-3
-    projections and MoE routers included); gpt-oss's router is no nn.Linear (PEFT refuses it)."""
-    return [t for t in ROWS[fam].lora_targets if t != "router"]
+    projections, Qwen3.5's DeltaNet projections and MoE routers where they are nn.Linear)."""
+    return [t for t in ROWS[fam].lora_targets if t != NOT_LINEAR.get(fam)]
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -166,13 +170,24 @@ def test_gguf_keys_and_tensors_follow_the_converter(family_export):
         assert {"blk.0.attn_qkv.weight", "blk.0.ffn_up.weight"} <= names
         assert f["phi3.rope.dimension_count"] == 32 and f["phi3.attention.sliding_window"] == 0
         assert f["phi3.rope.scaling.original_context_length"] == 4096
+    if a in ("qwen35", "qwen35moe"):    # Gated DeltaNet + gated attention, M-RoPE sections
+        assert f[f"{a}.attention.recurrent_layers"] == [True, False]
+        assert (f[f"{a}.ssm.group_count"], f[f"{a}.ssm.time_step_rank"],
+                f[f"{a}.ssm.inner_size"], f[f"{a}.rope.dimension_count"]) == (2, 4, 64, 8)
+        assert f[f"{a}.rope.dimension_sections"] == [11, 11, 10, 0]
+        assert {"blk.0.ssm_a", "blk.0.ssm_dt.bias", "blk.0.ssm_conv1d.weight",
+                "blk.0.attn_gate.weight", "blk.1.attn_q_norm.weight"} <= names
     if a == "gpt-oss":         # sinks, expert biases, the yarn rope and the window
         assert {"blk.0.attn_sinks.weight", "blk.0.ffn_gate_exps.bias", "blk.0.ffn_up_exps.bias",
                 "blk.0.ffn_down_exps.bias", "blk.0.ffn_gate_inp.bias"} <= names
         assert (f["gpt-oss.attention.sliding_window"], f["gpt-oss.rope.scaling.factor"],
                 f["gpt-oss.rope.scaling.original_context_length"]) == (8, 32.0, 4096)
     t = {x.name: x for x in gguf.GGUFReader(e["adapter"]).tensors}
-    assert len(t) == 2 * len(targets(e["family"])) * cfg["num_hidden_layers"]
+    n = len(targets(e["family"])) * cfg["num_hidden_layers"]     # every target, every layer
+    if a.startswith("qwen35"):   # but DeltaNet's five only in linear-attention layers, q/k/v/o
+        kinds = cfg["layer_types"]                                   # only in full-attention ones
+        n -= 4 * kinds.count("linear_attention") + 5 * kinds.count("full_attention")
+    assert len(t) == 2 * n
 
 
 def test_modelfile_template_is_the_familys_chat_format(family_export):
@@ -192,7 +207,8 @@ def test_modelfile_template_is_the_familys_chat_format(family_export):
     want = {"qwen2": CHATML_GO, "qwen3": CHATML_GO, "llama": LLAMA3_GO, "mistral": MISTRAL_GO,
             "gemma2": GEMMA_GO, "gemma3_text": GEMMA_GO,
             "olmo2": CHATML_GO,                 # the tiny OLMo 2's ChatML (row: chat None)
-            "qwen3_moe": CHATML_GO, "mixtral": MISTRAL_GO, "phi3": PHI3_GO}[e["family"]]
+            "qwen3_moe": CHATML_GO, "mixtral": MISTRAL_GO, "phi3": PHI3_GO,
+            "qwen3_5_text": CHATML_GO, "qwen3_5_moe_text": CHATML_GO}[e["family"]]
     assert f'TEMPLATE """{want}"""' in text
     if e["family"] == "phi3":
         assert 'PARAMETER stop "<|end|>"' in text

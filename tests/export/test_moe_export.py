@@ -32,13 +32,15 @@ def expert_adapter(fam: str, tmp_path):
     import torch
     from peft import LoraConfig, get_peft_model
 
+    from test_families_gguf import NOT_LINEAR
+
     from mens.source.families import FAMILIES as ROWS
 
     hf = tmp_path / "hf"
     tok = make_tokenizer(fam, hf)
     model = make_model(fam, hf, len(tok))
     torch.manual_seed(1)
-    linear = [t for t in ROWS[fam].lora_targets if t != "router"]   # gpt-oss's: no nn.Linear
+    linear = [t for t in ROWS[fam].lora_targets if t != NOT_LINEAR.get(fam)]
     peft = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, target_modules=linear,
                                             target_parameters=EXPERTS))
     with torch.no_grad():
@@ -49,7 +51,7 @@ def expert_adapter(fam: str, tmp_path):
     return hf, tok, peft, tmp_path / "adapter"
 
 
-@pytest.mark.parametrize("fam", ["qwen3_moe", "mixtral", "gpt_oss"])
+@pytest.mark.parametrize("fam", ["qwen3_moe", "mixtral", "gpt_oss", "qwen3_5_moe_text"])
 def test_expert_lora_merges_like_peft_and_its_gguf_decodes_alike(fam, tmp_path):
     import torch
     from test_families_gguf import N_NEW, prompts
@@ -97,18 +99,10 @@ def test_expert_lora_has_no_adapter_gguf_and_says_merge_instead(tmp_path):
     assert not list(tmp_path.glob("*.gguf")) and not list(tmp_path.glob(".adapter.gguf*"))
 
 
-def test_families_llama_cpp_cannot_run_as_transformers_does_exit_2(tmp_path):
+def test_moe_configs_llama_cpp_cannot_run_as_transformers_does_exit_2(tmp_path):
     from mens.export.gguf import preflight, write_model_gguf
     from mens.export.merge import SafetensorsDir
 
-    for fam in ("qwen3_5_text", "qwen3_5_moe_text"):     # llama.cpp has qwen35; mens no writer
-        hf = tmp_path / fam
-        tok = make_tokenizer(fam, hf)
-        make_model(fam, hf, len(tok))
-        with pytest.raises(ConfigError, match=f"{fam}: mens does not write Qwen3.5"):
-            preflight(hf)
-        with pytest.raises(ConfigError, match="Gated DeltaNet"):
-            write_model_gguf(SafetensorsDir(hf), hf, tmp_path / "x.gguf", "f32", "x")
     hf = tmp_path / "qwen3_moe"
     tok = make_tokenizer("qwen3_moe", hf)
     make_model("qwen3_moe", hf, len(tok))
@@ -118,6 +112,8 @@ def test_families_llama_cpp_cannot_run_as_transformers_does_exit_2(tmp_path):
         (hf / "config.json").write_text(json.dumps({**cfg, **change}))
         with pytest.raises(ConfigError, match=why):
             preflight(hf)
+        with pytest.raises(ConfigError, match=why):
+            write_model_gguf(SafetensorsDir(hf), hf, tmp_path / "x.gguf", "f32", "x")
     assert not list(tmp_path.glob("*.gguf")) and not list(tmp_path.glob(".x.gguf*"))
 
 
