@@ -16,6 +16,17 @@ Each follows what llama.cpp's own converter (convert_hf_to_gguf.py) does for the
 - olmo2: names from gguf-py's map as they are (q/k norms, post-attention / post-feedforward
   norms); llama.cpp's `olmo2` graph is NeoX-rope, so no permutation (Olmo2Model has no
   modify_tensors).
+- qwen3_moe / mixtral / qwen3_5_moe / gpt_oss: experts regrouped as mens/export/experts.py says
+  (stacked per layer into ffn_{gate,up,down}_exps; gpt-oss's fused ones split and transposed),
+  the router as ffn_gate_inp (F32), the expert keys TextModel writes; Mixtral is arch `llama`.
+  llama.cpp's qwen3moe always renormalises the top-k weights and has no dense layers: a config
+  with norm_topk_prob false or mlp_only_layers is refused.
+- phi3: fused qkv_proj / gate_up_proj as attn_qkv / ffn_up (llama.cpp splits them), the original
+  context, rotary dims and sliding-window keys of Phi3MiniModel (llama.cpp turns the window off:
+  noted).
+- gpt_oss: attention sinks, biases, yarn rope, window on even layers (GptOssModel); experts at the
+  export type, not MXFP4 (GPT_OSS_NOTE says why).
+- qwen3_5_text / qwen3_5_moe_text: mens/export/qwen35.py (Gated DeltaNet transforms).
 llama.cpp hard-codes some Gemma facts instead of reading them (the query scale 1/sqrt(head_dim),
 the sliding/full layer pattern): a config that differs is refused, not exported wrong.
 """
@@ -57,7 +68,17 @@ def load_config(hf_dir: Path) -> dict:
 
 
 def family_of(cfg: dict, where) -> Family:
+    from mens.source.families import WRAPPERS
+
     fam = FAMILIES.get(cfg.get("model_type"))
+    mt = cfg.get("model_type")
+    if fam is None and mt in WRAPPERS:
+        raise ConfigError(f"{where}: model_type `{mt}` is the multimodal checkpoint (its text "
+                          f"model under model.language_model.*, beside a vision tower); mens "
+                          f"writes GGUFs of the text model ({WRAPPERS[mt]}) only. Set "
+                          f"export.gguf=[] and keep the merged HF dir, or convert it with "
+                          f"llama.cpp's convert_hf_to_gguf.py (text GGUF + --mmproj).",
+                          key="export.gguf")
     if fam is None:
         raise ConfigError(f"{where}: model_type `{cfg.get('model_type')}` has no GGUF export in "
                           f"mens; it exports {', '.join(FAMILIES)} (config.json's model_type).",

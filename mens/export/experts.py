@@ -61,6 +61,13 @@ def view(model_type: str, name: str) -> View | None:
     return None
 
 
+def not_linear(model_type: str, name: str) -> bool:
+    """A 2-D checkpoint tensor that is no nn.Linear in transformers 5 — an expert (fused in
+    the model) or a router (a TopKRouter module) — so bitsandbytes never quantised it."""
+    return view(model_type, name) is not None or \
+        name.endswith((".mlp.gate.weight", ".block_sparse_moe.gate.weight", ".mlp.router.weight"))
+
+
 def model_name(model_type: str, name: str) -> str:
     """A checkpoint tensor's name in the transformers 5 model (what a PEFT adapter names)."""
     for a, b in RENAMES.get(model_type, ()):

@@ -5,7 +5,11 @@ the whole base resident), merged as W' = W + (alpha / r) · B @ A in fp32 and ca
 dtype. The merged Hugging Face directory is written in shards of at most SHARD_BYTES with
 `safetensors.torch.save_file`, so peak memory is about one shard plus one tensor, never the model
 plus every dense delta. QLoRA adapters were trained against nf4-rounded weights: those merge into
-the base quantized and dequantized with the run's own bitsandbytes settings.
+the base quantized and dequantized with the run's own bitsandbytes settings (nn.Linear weights
+only: MoE experts and routers are parameters bitsandbytes leaves alone). A LoRA on the fused
+experts (PEFT target_parameters) is a delta on transformers 5's [E, …] parameter, sliced onto the
+checkpoint's per-expert tensors (mens/export/experts.py); the merged dir keeps the checkpoint's
+layout.
 
 Hand-written here: the one-line merge (PEFT's `merge_and_unload` needs the whole model loaded;
 tests check this equals it) and the shard index (a JSON map, the layout transformers reads).
@@ -174,8 +178,11 @@ class MergedWeights:
     def get(self, name: str):
         import torch
 
+        from mens.export import experts
+
         w = self.base.get(name)                                    # [out, in], stored dtype
-        if self.qlora is not None and _is_linear(name, w):
+        if self.qlora is not None and _is_linear(name, w) and \
+                not experts.not_linear(self.cfg.get("model_type"), name):
             w = nf4_roundtrip(w, self.qlora)
         key = self.model_names.get(name, name)                     # the adapter's name for it
         if self.adapter and key in self.adapter.pairs:
