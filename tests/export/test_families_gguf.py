@@ -319,3 +319,23 @@ def test_go_template_translation_renders_branches_and_index():
         render_go("{{ range .Messages }}{{ .Images }}{{ end }}", msgs)
     with pytest.raises(ValueError, match="Go construct"):
         render_go("{{ range .Messages }}{{ .Images | len }}{{ end }}", msgs)
+
+
+def test_phi4_chat_format_gets_its_template_and_stop(tmp_path):
+    """Phi-4's <|im_start|>role<|im_sep|>…<|im_end|> (its published template, no newlines) is
+    the phi3 family's second Go template; Phi-3's <|end|> is no token there, so not a stop."""
+    from mens.export.modelfile import modelfile_plan
+    from mens.export.ollama_templates import PHI4_GO
+
+    phi4 = ("{% for message in messages %}{% if (message['role'] == 'system') %}"
+            "{{'<|im_start|>system<|im_sep|>' + message['content'] + '<|im_end|>'}}"
+            "{% elif (message['role'] == 'user') %}{{'<|im_start|>user<|im_sep|>' + "
+            "message['content'] + '<|im_end|>'}}{% elif (message['role'] == 'assistant') %}"
+            "{{'<|im_start|>assistant<|im_sep|>' + message['content'] + '<|im_end|>'}}{% endif %}"
+            "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant<|im_sep|>' }}"
+            "{% endif %}")
+    hf = tmp_path / "hf"
+    make_tokenizer("qwen3", hf, chat_template=phi4)     # ChatML's specials: <|im_end|> a token
+    (hf / "config.json").write_text(json.dumps({"model_type": "phi3"}))
+    template, stops, _ = modelfile_plan(hf)
+    assert template == PHI4_GO and stops == ["<|im_end|>", "<|endoftext|>"]
