@@ -78,8 +78,8 @@ FAMILIES = {
     # (top-k weights renormalised, as Qwen3-30B-A3B's config.json says and llama.cpp computes)
     "qwen3_moe": ("Qwen3MoeConfig", dict(SMALL, head_dim=32, num_experts=4,
                                          num_experts_per_tok=2, moe_intermediate_size=64,
-                                         norm_topk_prob=True, tie_word_embeddings=False), QWEN_SPECIALS, None,
-                  "<|im_end|>", "<|endoftext|>", CHATML, False),
+                                         norm_topk_prob=True, tie_word_embeddings=False),
+                  QWEN_SPECIALS, None, "<|im_end|>", "<|endoftext|>", CHATML, False),
     "mixtral": ("MixtralConfig", dict(SMALL, num_local_experts=4, num_experts_per_tok=2,
                                       sliding_window=None, tie_word_embeddings=False),
                 ["<unk>", "<s>", "</s>", "[INST]", "[/INST]"], "<s>", "</s>", "<unk>", MISTRAL,

@@ -238,9 +238,9 @@ def notes(fam: Family, cfg: dict) -> list[str]:
                        "ggml_rope_yarn_corr_dims): its logits differ from transformers' (~1e-2 "
                        "on a tiny model), so greedy decodes may part where tokens are close")
     if fam.window_every_layer and cfg.get("sliding_window"):
-        out.append(f"mistral: llama.cpp runs it as arch `llama` without the sliding window "
-                   f"({cfg['sliding_window']} tokens): outputs equal transformers' up to that "
-                   f"context length only")
+        out.append(f"{fam.model_type}: llama.cpp runs it as arch `llama` without the sliding "
+                   f"window ({cfg['sliding_window']} tokens): outputs equal transformers' up to "
+                   f"that context length only")
     if fam.gguf_arch in ("qwen2", "qwen3") and cfg.get("use_sliding_window"):
         out.append(f"{fam.model_type}: use_sliding_window is on in config.json but llama.cpp's "
                    f"`{fam.gguf_arch}` attends to the whole context")

@@ -151,3 +151,24 @@ def test_gpt_oss_notes_mxfp4_and_measures_llama_cpps_truncated_yarn(tmp_path):
           f"top-1 agreement {top1:.3f} over {len(ids)} positions")
     assert diff > 1e-3                  # parts from transformers (truncate=true: 0 exactly) …
     assert top1 >= 0.8                  # … but it is the same model, not another one
+
+
+def test_cli_exports_an_expert_lora_merged_and_verified_and_refuses_its_adapter_gguf(
+        tmp_path, monkeypatch, capsys):
+    """`python -m mens.export +rung=hf adapter=…` with a LoRA on Qwen3-MoE's experts: the default
+    (adapter GGUF on) exits 2 before writing anything; with export.adapter_gguf=false the merged
+    GGUF is written and verified against transformers by llama.cpp."""
+    from mens.cli.export import main as export
+
+    hf, _, _, adapter_dir = expert_adapter("qwen3_moe", tmp_path)
+    monkeypatch.chdir(tmp_path)
+    args = ["+rung=hf", f"rung.path={hf}", f"adapter={adapter_dir}", "export.gguf=[f32]",
+            "export.verify=true", f"export.out={tmp_path / 'out'}"]
+    assert export(args) == 2
+    assert "export.adapter_gguf=false and use the merged GGUF" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists() or not list((tmp_path / "out").iterdir())
+    assert export([*args, "export.adapter_gguf=false"]) == 0, capsys.readouterr().out
+    manifest = json.loads((tmp_path / "out" / "export.json").read_text())
+    v = manifest["verify"]
+    assert v["ok"] and v["gguf"]["f32"]["identical"] == v["gguf"]["f32"]["of"]
+    assert v["merged_vs_base"]["differing"] > 0                  # the experts' LoRA is in it
