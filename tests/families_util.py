@@ -75,17 +75,25 @@ FAMILIES = {
                                   pad_token_id=None), QWEN_SPECIALS, None, "<|im_end|>",
               "<|endoftext|>", CHATML, False),
     # mixtures of experts: 4 experts, 2 routed per token, each expert's MLP narrower
+    # (top-k weights renormalised, as Qwen3-30B-A3B's config.json says and llama.cpp computes)
     "qwen3_moe": ("Qwen3MoeConfig", dict(SMALL, head_dim=32, num_experts=4,
                                          num_experts_per_tok=2, moe_intermediate_size=64,
-                                         tie_word_embeddings=False), QWEN_SPECIALS, None,
-                  "<|im_end|>", "<|endoftext|>", CHATML, False),
+                                         norm_topk_prob=True, tie_word_embeddings=False),
+                  QWEN_SPECIALS, None, "<|im_end|>", "<|endoftext|>", CHATML, False),
     "mixtral": ("MixtralConfig", dict(SMALL, num_local_experts=4, num_experts_per_tok=2,
                                       sliding_window=None, tie_word_embeddings=False),
                 ["<unk>", "<s>", "</s>", "[INST]", "[/INST]"], "<s>", "</s>", "<unk>", MISTRAL,
                 False),
     # sliding windows of 8 tokens on alternate layers (gpt-oss's layer_types), attention sinks
+    # gpt-oss-20b's yarn rope (max_position_embeddings = factor 32 x original 4096) but with
+    # truncate=true, what llama.cpp computes: the published truncate=false parts from it
+    # (tests/export/test_families_gguf.py measures by how much)
     "gpt_oss": ("GptOssConfig", dict(SMALL, head_dim=32, num_local_experts=4,
                                      num_experts_per_tok=2, sliding_window=8,
+                                     max_position_embeddings=131072, rope_parameters=dict(
+                                         rope_type="yarn", rope_theta=150000.0, factor=32.0,
+                                         beta_fast=32.0, beta_slow=1.0, truncate=True,
+                                         original_max_position_embeddings=4096),
                                      tie_word_embeddings=False, eos_token_id=None,
                                      pad_token_id=None), HARMONY_SPECIALS, None, "<|return|>",
                 "<|endoftext|>", HARMONY, False),

@@ -16,6 +16,17 @@ Each follows what llama.cpp's own converter (convert_hf_to_gguf.py) does for the
 - olmo2: names from gguf-py's map as they are (q/k norms, post-attention / post-feedforward
   norms); llama.cpp's `olmo2` graph is NeoX-rope, so no permutation (Olmo2Model has no
   modify_tensors).
+- qwen3_moe / mixtral / qwen3_5_moe / gpt_oss: experts regrouped as mens/export/experts.py says
+  (stacked per layer into ffn_{gate,up,down}_exps; gpt-oss's fused ones split and transposed),
+  the router as ffn_gate_inp (F32), the expert keys TextModel writes; Mixtral is arch `llama`.
+  llama.cpp's qwen3moe always renormalises the top-k weights and has no dense layers: a config
+  with norm_topk_prob false or mlp_only_layers is refused.
+- phi3: fused qkv_proj / gate_up_proj as attn_qkv / ffn_up (llama.cpp splits them), the original
+  context, rotary dims and sliding-window keys of Phi3MiniModel (llama.cpp turns the window off:
+  noted).
+- gpt_oss: attention sinks, biases, yarn rope, window on even layers (GptOssModel); experts at the
+  export type, not MXFP4 (GPT_OSS_NOTE says why).
+- qwen3_5_text / qwen3_5_moe_text: mens/export/qwen35.py (Gated DeltaNet transforms).
 llama.cpp hard-codes some Gemma facts instead of reading them (the query scale 1/sqrt(head_dim),
 the sliding/full layer pattern): a config that differs is refused, not exported wrong.
 """
@@ -26,6 +37,7 @@ import math
 from pathlib import Path
 
 from mens.errors import ConfigError
+from mens.export import qwen35
 from mens.source.families import FAMILIES, Family
 
 
@@ -40,12 +52,33 @@ PRE = {QWEN2_PAT: "qwen2", LLAMA3_PAT: "llama-bpe"}
 IGNORE_MERGES = {"llama-bpe"}     # llama.cpp sets ignore_merges for these pre types
 
 
+# Families llama.cpp loads but whose converter transforms mens does not write yet.
+UNWRITTEN: dict[str, str] = {}
+# gpt-oss's published experts are MXFP4; a merged LoRA is not.
+GPT_OSS_NOTE = ("gpt-oss: the experts are written at the export type, not in the published "
+                "MXFP4: a merged LoRA moves them off MXFP4's grid (W + BA), so re-quantising "
+                "would round every expert weight again and llama.cpp would no longer decode like "
+                "the merged model the export is verified against; llama.cpp's converter keeps "
+                "MXFP4 only by copying an unmodified checkpoint's blocks. `llama-quantize` with "
+                "type MXFP4_MOE makes an MXFP4 file from this GGUF where its size matters more")
+
+
 def load_config(hf_dir: Path) -> dict:
     return json.loads((Path(hf_dir) / "config.json").read_text())
 
 
 def family_of(cfg: dict, where) -> Family:
+    from mens.source.families import WRAPPERS
+
     fam = FAMILIES.get(cfg.get("model_type"))
+    mt = cfg.get("model_type")
+    if fam is None and mt in WRAPPERS:
+        raise ConfigError(f"{where}: model_type `{mt}` is the multimodal checkpoint (its text "
+                          f"model under model.language_model.*, beside a vision tower); mens "
+                          f"writes GGUFs of the text model ({WRAPPERS[mt]}) only. Set "
+                          f"export.gguf=[] and keep the merged HF dir, or convert it with "
+                          f"llama.cpp's convert_hf_to_gguf.py (text GGUF + --mmproj).",
+                          key="export.gguf")
     if fam is None:
         raise ConfigError(f"{where}: model_type `{cfg.get('model_type')}` has no GGUF export in "
                           f"mens; it exports {', '.join(FAMILIES)} (config.json's model_type).",
@@ -89,6 +122,8 @@ def permute(w, n_head: int):
 
 def transform(fam: Family, cfg: dict, name: str, w):
     """A HF tensor as llama.cpp expects it (TextModel.modify_tensors of the family)."""
+    if fam.gguf_arch in qwen35.ARCHS:
+        return qwen35.transform(cfg, name, w)
     if fam.permute_qk and name.endswith(("q_proj.weight", "q_proj.bias")):
         w = permute(w, cfg["num_attention_heads"])
     elif fam.permute_qk and name.endswith(("k_proj.weight", "k_proj.bias")):
@@ -98,9 +133,23 @@ def transform(fam: Family, cfg: dict, name: str, w):
     return w
 
 
-def transform_lora_b(fam: Family, cfg: dict, name: str, b):
-    """PEFT's B [out, r] of a target: the base's row permutation applies to it too."""
-    return transform(fam, cfg, name, b) if name.endswith(("q_proj.weight", "k_proj.weight")) else b
+def source(fam: Family, name: str, shape: tuple) -> tuple[str, tuple]:
+    """(the name gguf-py's map knows, the shape written) of a checkpoint tensor: renamed or
+    squeezed where the family's converter does (Qwen3.5's dt_bias, conv1d)."""
+    return qwen35.source(name, shape) if fam.gguf_arch in qwen35.ARCHS else (name, shape)
+
+
+def transform_lora(fam: Family, cfg: dict, name: str, a, b):
+    """PEFT's A [r, in] and B [out, r] of a target: the base's row permutations apply to B (q/k
+    of llama / mistral; Qwen3.5's value heads in in_proj_*), its column ones to A (Qwen3.5's
+    out_proj), as convert_lora_to_gguf runs modify_tensors on the pair."""
+    if fam.gguf_arch in qwen35.ARCHS and ".linear_attn." in name:
+        if ".out_proj." in name:
+            return qwen35.transform(cfg, name, a), b
+        return a, qwen35.transform(cfg, name, b)
+    if name.endswith(("q_proj.weight", "k_proj.weight")):
+        return a, transform(fam, cfg, name, b)
+    return a, b
 
 
 def extra_tensors(fam: Family, cfg: dict) -> dict:
@@ -136,9 +185,26 @@ def check_supported(fam: Family, cfg: dict, where) -> None:
                           f"transformers does, so mens does not write a GGUF of it (set "
                           f"export.gguf=[] and keep the merged HF dir).", key="export.gguf")
 
+    if fam.model_type in UNWRITTEN:
+        raise ConfigError(f"{where}: {fam.model_type}: {UNWRITTEN[fam.model_type]}; set "
+                          f"export.gguf=[] and keep the merged HF dir, or convert that dir with "
+                          f"llama.cpp's convert_hf_to_gguf.py.", key="export.gguf")
     rtype = str(_rope(cfg).get("rope_type") or "default").lower()
-    if rtype not in ("default", "linear") and not (rtype == "llama3" and fam.gguf_arch == "llama"):
+    if rtype not in ("default", "linear") and not (rtype == "llama3" and fam.gguf_arch == "llama") \
+            and not (rtype == "yarn" and fam.gguf_arch == "gpt-oss"):
         refuse(f"rope_type `{rtype}`")
+    if fam.gguf_arch == "qwen3moe":      # llama.cpp's qwen3moe graph: every layer MoE, top-k
+        if not cfg.get("norm_topk_prob", False):      # weights always renormalised
+            refuse("norm_topk_prob false (llama.cpp renormalises the top-k routing weights)")
+        if cfg.get("mlp_only_layers") or cfg.get("decoder_sparse_step", 1) != 1:
+            refuse("dense MLP layers among the MoE ones (mlp_only_layers / "
+                   "decoder_sparse_step)")
+    if fam.gguf_arch == "gpt-oss":
+        n = cfg["num_hidden_layers"]
+        want = ["sliding_attention" if i % 2 == 0 else "full_attention" for i in range(n)]
+        if cfg.get("layer_types") and cfg["layer_types"] != want:
+            refuse(f"layer_types {cfg['layer_types']} (llama.cpp assumes sliding, full, "
+                   f"sliding, … from layer 0)")
     if fam.gguf_arch in ("gemma2", "gemma3"):
         hd, scalar = head_dim(cfg), cfg.get("query_pre_attn_scalar", head_dim(cfg))
         if scalar != hd:   # llama.cpp scales queries by 1/sqrt(head_dim) (27B: n_embd/n_head)
@@ -160,10 +226,21 @@ def check_supported(fam: Family, cfg: dict, where) -> None:
 def notes(fam: Family, cfg: dict) -> list[str]:
     """What the GGUF computes differently where it is not refused: said in the manifest."""
     out = []
-    if fam.window_every_layer and cfg.get("sliding_window"):
-        out.append(f"mistral: llama.cpp runs it as arch `llama` without the sliding window "
-                   f"({cfg['sliding_window']} tokens): outputs equal transformers' up to that "
+    if fam.gguf_arch == "phi3" and cfg.get("sliding_window"):
+        out.append(f"phi3: llama.cpp disables Phi-3's sliding window ({cfg['sliding_window']} "
+                   f"tokens; llama.cpp PR 13676): outputs equal transformers' up to that "
                    f"context length only")
+    if fam.gguf_arch == "gpt-oss":
+        out.append(GPT_OSS_NOTE)
+        if _rope(cfg).get("truncate", True) is False:
+            out.append("gpt-oss: config.json's yarn rope says truncate=false, but llama.cpp "
+                       "rounds yarn's correction range to whole dimensions (truncate=true, "
+                       "ggml_rope_yarn_corr_dims): its logits differ from transformers' (~1e-2 "
+                       "on a tiny model), so greedy decodes may part where tokens are close")
+    if fam.window_every_layer and cfg.get("sliding_window"):
+        out.append(f"{fam.model_type}: llama.cpp runs it as arch `llama` without the sliding "
+                   f"window ({cfg['sliding_window']} tokens): outputs equal transformers' up to "
+                   f"that context length only")
     if fam.gguf_arch in ("qwen2", "qwen3") and cfg.get("use_sliding_window"):
         out.append(f"{fam.model_type}: use_sliding_window is on in config.json but llama.cpp's "
                    f"`{fam.gguf_arch}` attends to the whole context")
@@ -191,6 +268,31 @@ def add_metadata(w, fam: Family, cfg: dict) -> None:
     if fam.gguf_arch == "llama":
         w.add_vocab_size(cfg["vocab_size"])
         w.add_rope_dimension_count(hd)
+    if fam.experts:                      # TextModel.set_gguf_parameters' expert keys
+        w.add_expert_count(cfg.get("num_local_experts") or cfg["num_experts"])
+        w.add_expert_used_count(cfg["num_experts_per_tok"])
+    if fam.gguf_arch in ("qwen3moe", "qwen35moe"):          # Qwen2MoeModel
+        w.add_expert_feed_forward_length(cfg["moe_intermediate_size"])
+    if fam.gguf_arch == "gpt-oss":                          # GptOssModel
+        w.add_sliding_window(cfg["sliding_window"])
+        w.add_expert_feed_forward_length(cfg["intermediate_size"])
+        import gguf
+        w.add_rope_scaling_type(gguf.RopeScalingType.YARN)
+        w.add_rope_scaling_factor(float(rope["factor"]))
+        w.add_rope_scaling_orig_ctx_len(int(rope["original_max_position_embeddings"]))
+        for k, add in (("beta_fast", w.add_rope_scaling_yarn_beta_fast),
+                       ("beta_slow", w.add_rope_scaling_yarn_beta_slow)):
+            if rope.get(k) is not None:
+                add(float(rope[k]))
+    if fam.gguf_arch in qwen35.ARCHS:
+        qwen35.add_metadata(w, cfg, rope, cfg["num_hidden_layers"])
+    if fam.gguf_arch == "phi3":                             # Phi3MiniModel
+        w.add_rope_scaling_orig_ctx_len(int(rope.get("original_max_position_embeddings") or
+                                            cfg.get("original_max_position_embeddings") or
+                                            cfg["max_position_embeddings"]))
+        part = rope.get("partial_rotary_factor", 1.0)
+        w.add_rope_dimension_count(int(part * cfg["hidden_size"]) // cfg["num_attention_heads"])
+        w.add_sliding_window(cfg.get("sliding_window") or 0)   # 0: Phi-4, no window
     if fam.gguf_arch == "gemma2":
         w.add_attn_logit_softcapping(float(cfg["attn_logit_softcapping"]))
         w.add_final_logit_softcapping(float(cfg["final_logit_softcapping"]))

@@ -100,7 +100,11 @@ def build(src: dict, out: Path, ex, types: list[str]) -> dict:
     from mens.export.merge import MergedWeights, SafetensorsDir, write_hf_dir
 
     # every refusal (an architecture or tokenizer llama.cpp cannot take) before any file
-    notes: list[str] = list(src["notes"]) + preflight(src["config_dir"])
+    # (a merged-only export, export.gguf=[], writes no GGUF and so is refused nothing here)
+    adapter_gguf = src["adapter"] is not None and ex.adapter_gguf
+    notes: list[str] = list(src["notes"]) + (
+        preflight(src["config_dir"], src["adapter"] if adapter_gguf else None)
+        if types or adapter_gguf else [])
     files: list[dict] = []
     base = SafetensorsDir(src["weights"])
     merged = MergedWeights(base, src["adapter"], ex.dtype, src["qlora"])

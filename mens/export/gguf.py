@@ -67,10 +67,14 @@ def _tied(cfg: dict, hf_dir: Path) -> bool:
     return bool(arch.family_of(cfg, hf_dir).defaults["tie_word_embeddings"])
 
 
-def tensor_plan(src, hf_dir: Path, qtype: str) -> list[tuple[str | None, str, tuple, object]]:
-    """(hf name, gguf name, shape, ggml type) per tensor; the tied lm_head is not written; the
-    family's extra tensors (Llama 3.1 rope_freqs) come last with hf name None."""
+def tensor_plan(src, hf_dir: Path, qtype: str) -> list[tuple[tuple, str, tuple, object, object]]:
+    """(hf source names, gguf name, shape, ggml type, make) per tensor: make(source tensors) is
+    the family's regrouping (experts stacked or split, mens/export/experts.py) or None for one
+    tensor as it is; the tied lm_head is not written; the family's extra tensors (Llama 3.1
+    rope_freqs) come last with no sources."""
     import gguf
+
+    from mens.export import experts
 
     cfg = arch.load_config(hf_dir)
     fam = arch.family_of(cfg, hf_dir)
@@ -78,33 +82,38 @@ def tensor_plan(src, hf_dir: Path, qtype: str) -> list[tuple[str | None, str, tu
     name_map = arch.name_map(fam, cfg)
     tied = _tied(cfg, hf_dir)
     plan = []
-    for n in src.names:
+    for n, srcs, shape, make in experts.gguf_sources(fam.model_type, src.names, src.shapes):
         if n == "lm_head.weight" and tied:
             continue
+        n, shape = arch.source(fam, n, shape)
         g = name_map.get_name(n, try_suffixes=(".weight", ".bias"))
         if g is None:
             raise ConfigError(f"{hf_dir}: tensor {n} has no GGUF name for llama.cpp's arch "
                               f"`{fam.gguf_arch}` ({fam.model_type}); mens exports the families' "
                               f"plain *ForCausalLM models only.", key="export.gguf")
-        shape = tuple(src.shapes[n])
+        shape = tuple(shape)
         t = _ggml_type(qtype)
-        if len(shape) < 2:
-            t = gguf.GGMLQuantizationType.F32           # norms: F32 at every type, as llama.cpp
+        if len(shape) < 2 or g.endswith("_norm.weight") or not g.endswith(".weight") \
+                or ".ffn_gate_inp" in g or ".ssm_conv1d" in g:  # the converter's always-F32
+            t = gguf.GGMLQuantizationType.F32   # norms, biases (2-D expert ones too), routers
         elif shape[-1] % gguf.GGML_QUANT_SIZES[t][0]:
             t = gguf.GGMLQuantizationType.F16   # rows not a block multiple: as the converters do
-        plan.append((n, g, shape, t))
+        plan.append((srcs, g, shape, t, make))
     for g, x in arch.extra_tensors(fam, cfg).items():
-        plan.append((None, g, tuple(x.shape), gguf.GGMLQuantizationType.F32))
+        plan.append(((), g, tuple(x.shape), gguf.GGMLQuantizationType.F32, None))
     return plan
 
 
-def preflight(hf_dir: Path) -> list[str]:
-    """Everything a GGUF export of hf_dir can refuse, checked before any file is written (exit 2
-    naming the cause: family, config, tokenizer kind); returns notes for the manifest."""
+def preflight(hf_dir: Path, adapter=None) -> list[str]:
+    """Everything a GGUF export of hf_dir (and of `adapter` as a LoRA GGUF, when given) can
+    refuse, checked before any file is written (exit 2 naming the cause: family, config,
+    tokenizer kind, expert LoRA); returns notes for the manifest."""
     cfg = arch.load_config(hf_dir)
     fam = arch.family_of(cfg, hf_dir)
     arch.check_supported(fam, cfg, hf_dir)
     arch.tokenizer_pre(Path(hf_dir))
+    if adapter is not None:
+        check_adapter_gguf(adapter)
     return arch.notes(fam, cfg) + template_notes(hf_dir)
 
 
@@ -131,11 +140,31 @@ def _model_metadata(w, hf_dir: Path, qtype: str, name: str) -> None:
 
     cfg = arch.load_config(hf_dir)
     w.add_type(gguf.GGUFType.MODEL)
-    w.add_name(name)
+    w.add_name(_safe_name(name, hf_dir))
     arch.add_metadata(w, arch.family_of(cfg, hf_dir), cfg)
     w.add_file_type(getattr(gguf.LlamaFileType, FILE_TYPES[qtype]))
     w.add_quantization_version(gguf.GGML_QUANT_VERSION)
     add_tokenizer(w, hf_dir, cfg["vocab_size"])
+
+
+def _safe_name(name: str, hf_dir: Path) -> str:
+    """general.name, unless llama.cpp would fail to load the file for it: llama-vocab.cpp gives
+    Phi-3's token attributes to any model whose name contains "phi3"/"phi-3" and looks up
+    `</s>`, `<unk>`, `<s>`, `<|endoftext|>` (unordered_map::at: the load aborts) — which a
+    byte-level BPE (Phi-4) vocab lacks. Then the name is written with "phi_3", and said."""
+    low = name.lower()
+    if "phi3" not in low and "phi-3" not in low:
+        return name
+    vocab = json.loads((Path(hf_dir) / "tokenizer.json").read_text())
+    have = set(vocab.get("model", {}).get("vocab", {})) | \
+        {a["content"] for a in vocab.get("added_tokens", [])}
+    if {"</s>", "<unk>", "<s>", "<|endoftext|>"} <= have:
+        return name
+    import re
+    safe = re.sub(r"(?i)phi-?3", "phi_3", name)
+    print(f"mens: GGUF general.name `{safe}`, not `{name}`: llama.cpp fails to load a model "
+          f"named phi3/phi-3 whose vocab lacks Phi-3's </s>, <unk>, <s>, <|endoftext|>")
+    return safe
 
 
 def add_tokenizer(w, hf_dir: Path, n_vocab: int) -> None:
@@ -198,7 +227,7 @@ def write_model_gguf(src, hf_dir: Path, out: Path, qtype: str, name: str) -> Pat
     with atomic_path(out) as tmp:
         w = gguf.GGUFWriter(tmp, fam.gguf_arch)
         _model_metadata(w, hf_dir, qtype, name)
-        for _, g, shape, t in plan:           # header from shapes alone: nothing loaded yet
+        for _, g, shape, t, _ in plan:        # header from shapes alone: nothing loaded yet
             byte_shape = gguf.quant_shape_to_byte_shape(shape, t)
             w.add_tensor_info(g, byte_shape, np.dtype(np.uint8), int(np.prod(byte_shape)),
                               raw_dtype=t)
@@ -206,8 +235,14 @@ def write_model_gguf(src, hf_dir: Path, out: Path, qtype: str, name: str) -> Pat
         w.write_kv_data_to_file()
         w.write_ti_data_to_file()
         from tqdm.auto import tqdm
-        for n, g, _, t in tqdm(plan, desc=f"export {out.name}", unit="tensor", leave=False):
-            x = extra[g] if n is None else arch.transform(fam, cfg, n, src.get(n))
+        for srcs, g, _, t, make in tqdm(plan, desc=f"export {out.name}", unit="tensor",
+                                        leave=False):
+            if not srcs:
+                x = extra[g]
+            elif make is None:
+                x = arch.transform(fam, cfg, srcs[0], src.get(srcs[0]))
+            else:                             # one layer's experts at a time
+                x = arch.transform(fam, cfg, g, make([src.get(n) for n in srcs])).contiguous()
             w.write_tensor_data(_convert(x, t))            # one tensor in memory at a time
         w.close()
     return out
@@ -230,11 +265,25 @@ def _convert(x, t):
     return out.reshape(gguf.quant_shape_to_byte_shape(tuple(x.shape), t))
 
 
+def check_adapter_gguf(adapter) -> None:
+    """A LoRA on the fused experts (PEFT target_parameters) has no GGUF adapter form: llama.cpp's
+    convert_lora_to_gguf.py pairs only lora_A/lora_B of 2-D weights (it has no ParamWrapper
+    branch: `experts.base_layer` maps to no tensor) and its loader expects 2-D lora_a/lora_b."""
+    if adapter.experts:
+        raise ConfigError(f"{adapter.path}: the adapter puts LoRA on the experts' fused weights "
+                          f"({', '.join(sorted(adapter.experts)[:2])}, …; lane.lora.experts="
+                          f"true), which llama.cpp's LoRA GGUF format cannot hold "
+                          f"(convert_lora_to_gguf.py handles 2-D lora_A/lora_B pairs only). Set "
+                          f"export.adapter_gguf=false and use the merged GGUF instead.",
+                          key="export.adapter_gguf")
+
+
 def write_adapter_gguf(adapter, hf_dir: Path, out: Path, name: str) -> Path:
     """LoRA adapter GGUF: general.type=adapter, adapter.lora.alpha (f32), <name>.lora_a/.lora_b."""
     import gguf
     import numpy as np
 
+    check_adapter_gguf(adapter)
     cfg = arch.load_config(hf_dir)
     fam = arch.family_of(cfg, hf_dir)
     arch.check_supported(fam, cfg, hf_dir)     # an adapter of a base llama.cpp can't run
@@ -252,10 +301,10 @@ def write_adapter_gguf(adapter, hf_dir: Path, out: Path, name: str) -> Path:
                                   f"(llama.cpp adapts the block matrices only); set "
                                   f"export.adapter_gguf=false and use the merged GGUF.",
                                   key="export.adapter_gguf")
-            # PEFT's A [r, in] and B [out, r]; B's rows permuted as the base's q/k rows are
-            # (llama/mistral); gguf-py reverses dims into ne
-            b = arch.transform_lora_b(fam, cfg, n, b)
-            w.add_tensor(f"{g}.lora_a", a.float().numpy().astype(np.float32))
+            # PEFT's A [r, in] and B [out, r], permuted as the base's rows / columns are
+            # (llama/mistral q/k, Qwen3.5's value heads); gguf-py reverses dims into ne
+            a, b = arch.transform_lora(fam, cfg, n, a, b)
+            w.add_tensor(f"{g}.lora_a", a.float().contiguous().numpy().astype(np.float32))
             w.add_tensor(f"{g}.lora_b", b.float().contiguous().numpy().astype(np.float32))
         w.write_header_to_file()
         w.write_kv_data_to_file()

@@ -5,7 +5,11 @@ the whole base resident), merged as W' = W + (alpha / r) · B @ A in fp32 and ca
 dtype. The merged Hugging Face directory is written in shards of at most SHARD_BYTES with
 `safetensors.torch.save_file`, so peak memory is about one shard plus one tensor, never the model
 plus every dense delta. QLoRA adapters were trained against nf4-rounded weights: those merge into
-the base quantized and dequantized with the run's own bitsandbytes settings.
+the base quantized and dequantized with the run's own bitsandbytes settings (nn.Linear weights
+only: MoE experts and routers are parameters bitsandbytes leaves alone). A LoRA on the fused
+experts (PEFT target_parameters) is a delta on transformers 5's [E, …] parameter, sliced onto the
+checkpoint's per-expert tensors (mens/export/experts.py); the merged dir keeps the checkpoint's
+layout.
 
 Hand-written here: the one-line merge (PEFT's `merge_and_unload` needs the whole model loaded;
 tests check this equals it) and the shard index (a JSON map, the layout transformers reads).
@@ -16,7 +20,7 @@ import json
 import math
 import os
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from mens.errors import ConfigError
@@ -36,6 +40,9 @@ class Adapter:
     r: int
     alpha: float
     pairs: dict          # "model.layers.0.self_attn.q_proj.weight" -> (A, B)
+    # PEFT target_parameters on fused expert weights (lane.lora.experts): per fused parameter
+    # ("model.layers.0.mlp.experts.gate_up_proj"), (A [r·E, in], B [out, r·E])
+    experts: dict = field(default_factory=dict)
 
     @property
     def scale(self) -> float:
@@ -77,8 +84,44 @@ def load_adapter(adapter_dir: Path) -> Adapter:
         what = "no LoRA tensors" if not pairs else f"unpaired A/B for {broken[0]}"
         raise ConfigError(f"{st_path}: {what}; the adapter file is damaged. Re-run the training.",
                           key="run")
+    experts = _expert_pairs(pairs, cfg.get("target_parameters") or [], st_path)
     return Adapter(adapter_dir, int(cfg["r"]), float(cfg["lora_alpha"]),
-                   {n: tuple(ab) for n, ab in pairs.items()})
+                   {n: tuple(ab) for n, ab in pairs.items()}, experts)
+
+
+def _expert_pairs(pairs: dict, targets: list[str], where) -> dict:
+    """Pop PEFT ParamWrapper pairs (target_parameters) out of `pairs`: -> {fused param: (A, B)}.
+
+    PEFT nests one wrapper per targeted parameter of a module (`experts.base_layer.lora_A` is
+    the inner one, `experts.lora_A` the outer), in an order of its own; which is which follows
+    from the shapes: gate_up maps hidden -> 2·width and down maps width -> hidden, so gate_up
+    is the wrapper whose input width is the other's output width."""
+    # 3-D expert parameters only: a 2-D one (a router `gate.weight` that PEFT targets as a
+    # parameter) is a plain [out, in] pair, merged as any other
+    targets = [t for t in targets if t.rpartition(".")[0].rpartition(".")[2] == "experts"]
+    if not targets:
+        return {}
+    suffixes = sorted({t.rpartition(".")[2] for t in targets})
+    modules = {"experts"}
+    groups: dict = {}
+    for n in [n for n in pairs if n.removesuffix(".weight").split(".base_layer")[0]
+              .rpartition(".")[2] in modules]:
+        module = n.removesuffix(".weight").split(".base_layer")[0]
+        groups.setdefault(module, []).append(pairs.pop(n))
+    out = {}
+    for module, ab in groups.items():
+        if len(ab) != len(suffixes):
+            raise ConfigError(f"{where}: {module} has {len(ab)} LoRA pair(s) for "
+                              f"target_parameters {targets}; the adapter is not one mens "
+                              f"can merge (one pair per targeted expert parameter).", key="run")
+        if len(ab) == 1:
+            out[f"{module}.{suffixes[0]}"] = tuple(ab[0])
+            continue
+        (a0, b0), (a1, b1) = ab
+        first_is_gate_up = a0.shape[1] == b1.shape[0]
+        gu, dn = (ab[0], ab[1]) if first_is_gate_up else (ab[1], ab[0])
+        out[f"{module}.gate_up_proj"], out[f"{module}.down_proj"] = tuple(gu), tuple(dn)
+    return out
 
 
 class SafetensorsDir:
@@ -128,17 +171,53 @@ class MergedWeights:
         self.base, self.adapter, self.qlora = base, adapter, qlora
         self.out_dtype = base.dtype if out_dtype == "auto" else out_dtype
         self.names, self.shapes = base.names, base.shapes
+        self._delta = (None, None)       # the last fused expert delta: E tensors in a row use it
+        self.cfg = _config(base.path)
+        self.model_names = _model_names(self.cfg.get("model_type"), base.names)
 
     def get(self, name: str):
         import torch
 
+        from mens.export import experts
+
         w = self.base.get(name)                                    # [out, in], stored dtype
-        if self.qlora is not None and _is_linear(name, w):
+        if self.qlora is not None and _is_linear(name, w) and \
+                not experts.not_linear(self.cfg.get("model_type"), name):
             w = nf4_roundtrip(w, self.qlora)
-        if self.adapter and name in self.adapter.pairs:
-            a, b = self.adapter.pairs[name]                        # [r, in], [out, r]
+        key = self.model_names.get(name, name)                     # the adapter's name for it
+        if self.adapter and key in self.adapter.pairs:
+            a, b = self.adapter.pairs[key]                         # [r, in], [out, r]
             w = w.float() + (b @ a) * self.adapter.scale           # fp32: one rounding, below
+        elif self.adapter and self.adapter.experts:
+            w = self._add_expert_delta(name, w)
         return w.to(getattr(torch, TORCH_DTYPES[self.out_dtype]))
+
+    def _add_expert_delta(self, name: str, w):
+        """W + the expert LoRA's share of it: the fused [E, …] delta sliced to this tensor."""
+        from mens.export import experts
+
+        mt = self.cfg.get("model_type")
+        v = experts.view(mt, name)
+        if v is None or v.fused not in self.adapter.experts:
+            return w
+        if self._delta[0] != v.fused:
+            a, b = self.adapter.experts[v.fused]
+            self._delta = (v.fused, experts.lora_delta(mt, a, b, self.adapter.r,
+                                                       self.adapter.scale))
+        width = experts.fused_shapes(mt, self.cfg)["down_proj"][0]
+        return w.float() + experts.expert_slice(mt, self._delta[1], v, width)
+
+
+def _config(path: Path) -> dict:
+    p = Path(path) / "config.json"
+    return json.loads(p.read_text()) if p.is_file() else {}
+
+
+def _model_names(model_type, names) -> dict:
+    """Checkpoint names that the model (and so a PEFT adapter) calls otherwise (Mixtral's
+    block_sparse_moe.gate is the model's mlp.gate)."""
+    from mens.export import experts
+    return {n: m for n in names if (m := experts.model_name(model_type, n)) != n}
 
 
 def _is_linear(name: str, w) -> bool:
@@ -160,8 +239,11 @@ def nf4_roundtrip(w, q: dict):
 
 def check_adapter(adapter: Adapter, base: SafetensorsDir) -> None:
     """Every A/B pair must fit its base weight: else the adapter was trained on another base."""
+    _check_expert_pairs(adapter, base)
+    renamed = {m: n for n, m in _model_names(_config(base.path).get("model_type"),
+                                             base.names).items()}
     for name, (a, b) in adapter.pairs.items():
-        shape = base.shapes.get(name)
+        shape = base.shapes.get(renamed.get(name, name))
         if shape is None or len(shape) != 2 or a.shape != (adapter.r, shape[1]) \
                 or b.shape != (shape[0], adapter.r):
             got = f"A {list(a.shape)} / B {list(b.shape)}"
@@ -171,6 +253,28 @@ def check_adapter(adapter: Adapter, base: SafetensorsDir) -> None:
                 f"{want} (r={adapter.r}): the adapter was trained on a different base "
                 f"architecture than this run's rung. Export it with the base it was trained on "
                 f"(`rung.path=<that model dir>`), or check that the run dir is the right one.",
+                key="run")
+
+
+def _check_expert_pairs(adapter: Adapter, base: SafetensorsDir) -> None:
+    """An expert LoRA's pairs fit the base's experts: A [r·E, in], B [out, r·E]."""
+    from mens.export import experts
+
+    if not adapter.experts:
+        return
+    cfg = json.loads((base.path / "config.json").read_text())
+    mt = cfg.get("model_type")
+    n_exp = cfg.get("num_experts") or cfg.get("num_local_experts") or 0
+    shapes = experts.fused_shapes(mt, cfg)
+    have = {experts.view(mt, n).fused for n in base.names if experts.view(mt, n)}
+    for name, (a, b) in adapter.experts.items():
+        i, o = shapes.get(name.rpartition(".")[2], (None, None))
+        rE = adapter.r * n_exp
+        if name not in have or a.shape != (rE, i) or b.shape != (o, rE):
+            raise ConfigError(
+                f"{adapter.path}: expert LoRA pair for {name} is A {list(a.shape)} / B "
+                f"{list(b.shape)}, but the base in {base.path} ({mt}, {n_exp} experts) wants "
+                f"A [{rE}, {i}] / B [{o}, {rE}]: the adapter was trained on another base.",
                 key="run")
 
 

@@ -166,12 +166,22 @@ MISTRAL_V3_GO = (
     '"call_id": "{{ .ToolCallID }}"}[/TOOL_RESULTS]{{ end }}{{ end }}')
 
 # every TEMPLATE by name; those naming .Tools render tools (Ollama offers tools only for them)
+# Phi-3 / Phi-3.5 (<|role|>\n…<|end|>\n) and Phi-4 (<|im_start|>role<|im_sep|>…<|im_end|>):
+# their published templates, system turns kept as turns, no tools
+PHI3_GO = ("{{- range .Messages }}<|{{ .Role }}|>\n{{ .Content }}<|end|>\n{{ end }}"
+           "<|assistant|>\n")
+PHI4_GO = ("{{- range .Messages }}<|im_start|>{{ .Role }}<|im_sep|>{{ .Content }}<|im_end|>"
+           "{{ end }}<|im_start|>assistant<|im_sep|>")
 TEMPLATES = {"chatml": CHATML_GO, "chatml-tools": CHATML_TOOLS_GO, "qwen3": QWEN3_GO,
              "qwen2.5": QWEN25_GO, "llama3": LLAMA3_GO, "llama3.1": LLAMA31_GO, "gemma": GEMMA_GO,
-             "mistral": MISTRAL_GO, "mistral-v0.3": MISTRAL_V3_GO}
+             "mistral": MISTRAL_GO, "mistral-v0.3": MISTRAL_V3_GO, "phi3": PHI3_GO,
+             "phi4": PHI4_GO}
 # chat format -> (its TEMPLATEs by name, tried in order; the format's stop strings)
 FORMATS = {"chatml": (("chatml", "chatml-tools", "qwen3", "qwen2.5"),
                       ("<|im_end|>", "<|endoftext|>")),
            "llama3": (("llama3", "llama3.1"), ("<|eot_id|>", "<|eom_id|>", "<|end_of_text|>")),
            "gemma": (("gemma",), ("<end_of_turn>",)),
-           "mistral": (("mistral", "mistral-v0.3"), ("</s>",))}
+           "mistral": (("mistral", "mistral-v0.3"), ("</s>",)),
+           # (stops not in the tokenizer's vocab are dropped: Phi-3 ends turns with <|end|>,
+           # Phi-4 with <|im_end|>)
+           "phi3": (("phi3", "phi4"), ("<|end|>", "<|im_end|>", "<|endoftext|>"))}

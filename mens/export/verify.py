@@ -50,6 +50,8 @@ def hf_model(config_dir: Path, src, emulate: str | None = None):
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
+    from mens.export import experts
+
     try:                          # the weights are replaced below: skip random init (seconds)
         from transformers.initialization import no_init_weights
     except ImportError:
@@ -60,9 +62,16 @@ def hf_model(config_dir: Path, src, emulate: str | None = None):
         model = AutoModelForCausalLM.from_config(config, dtype=torch.float32,
                                                  attn_implementation="eager").eval()
     state = {n: src.get(n).float() for n in src.names}
+    # MoE checkpoints keep one tensor per expert; the model holds them fused (transformers 5)
+    state = experts.fuse(config.model_type, config.to_dict(), state)
     rt = {"f16": torch.float16, "bf16": torch.bfloat16}.get(emulate)
     if rt is not None:
-        state = {n: t.to(rt).float() if t.dim() == 2 else t for n, t in state.items()}
+        # what the GGUF holds at the low type (gguf.tensor_plan): not the F32 routers, expert
+        # biases, conv1d; fused experts (3-D) too. Expert matmuls are no nn.Linear: their
+        # inputs stay unrounded, so an MoE emulation is close, not exact
+        state = {n: t.to(rt).float() if t.dim() >= 2 and "conv1d" not in n and
+                 not n.endswith(("_bias", "gate.weight", "router.weight")) else t
+                 for n, t in state.items()}
         for m in model.modules():
             if isinstance(m, torch.nn.Linear):
                 m.register_forward_pre_hook(lambda _m, args: (args[0].to(rt).float(),))

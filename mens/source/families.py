@@ -138,6 +138,7 @@ FAMILIES: dict[str, Family] = {f.model_type: f for f in (
                               num_key_value_heads=8, rms_norm_eps=1e-5)),
     # Phi-3 and Phi-4: fused q/k/v (qkv_proj) and gate/up (gate_up_proj) projections
     Family("phi3", "Phi3Config", "Phi3ForCausalLM", "phi3", linear=_PHI3, lora_targets=_PHI3,
+           chat="phi3",
            defaults=_defaults(max_position_embeddings=4096, rms_norm_eps=1e-5)),
     # Qwen3.5 (published as a multimodal wrapper, model_type qwen3_5[_moe]): Gated DeltaNet
     # linear-attention layers beside gated full attention; its MoE adds a shared expert

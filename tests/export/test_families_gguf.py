@@ -15,14 +15,27 @@ import time
 from pathlib import Path
 
 import pytest
-from families_util import FAMILIES, TARGETS, make_model, make_tokenizer
+from families_util import FAMILIES, make_model, make_tokenizer
 
 from mens.errors import ConfigError
+from mens.export.arch import UNWRITTEN
+from mens.source.families import FAMILIES as ROWS
 
 llama_cpp = pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed: "
                                 "`make install` builds it (dev extra, ~8 min on 2 cores)")
 
 N_NEW = 10
+EXPORTED = [f for f in FAMILIES if f not in UNWRITTEN]
+
+
+# routers that are no nn.Linear in transformers 5 (TopKRouter modules): PEFT refuses them
+NOT_LINEAR = {"gpt_oss": "router", "qwen3_5_moe_text": "gate"}
+
+
+def targets(fam: str) -> list[str]:
+    """Every linear layer of the family's decoder layer (its default LoRA targets, fused Phi-3
+    projections, Qwen3.5's DeltaNet projections and MoE routers where they are nn.Linear)."""
+    return [t for t in ROWS[fam].lora_targets if t != NOT_LINEAR.get(fam)]
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -41,7 +54,7 @@ def prompts(tok) -> list[list[int]]:
     return [list(ids) for ids in out] + [tok("def fibonacci(n):\n    return 12345 + n").input_ids]
 
 
-@pytest.fixture(scope="module", params=list(FAMILIES))
+@pytest.fixture(scope="module", params=EXPORTED)
 def family_export(request, tmp_path_factory):
     """One family: its HF dir, base f32 GGUF, and a random LoRA with its adapter GGUF."""
     import torch
@@ -57,7 +70,7 @@ def family_export(request, tmp_path_factory):
     model = make_model(fam, hf, len(tok))
     f32 = write_model_gguf(SafetensorsDir(hf), hf, tmp / "model-f32.gguf", "f32", fam)
     torch.manual_seed(1)
-    peft = get_peft_model(model, LoraConfig(r=8, lora_alpha=16, target_modules=TARGETS,
+    peft = get_peft_model(model, LoraConfig(r=8, lora_alpha=16, target_modules=targets(fam),
                                             init_lora_weights=False))
     peft.save_pretrained(str(tmp / "adapter"))
     adapter = write_adapter_gguf(load_adapter(tmp / "adapter"), hf, tmp / "adapter.gguf", fam)
@@ -127,7 +140,7 @@ def test_gguf_keys_and_tensors_follow_the_converter(family_export):
     names = {t.name for t in r.tensors}
     tied = AutoConfig.from_pretrained(e["hf"]).tie_word_embeddings
     assert ("output.weight" in names) == (not tied)          # tied: no output tensor
-    assert ("blk.0.attn_q.bias" in names) == (e["family"] == "qwen2")
+    assert ("blk.0.attn_q.bias" in names) == (e["family"] in ("qwen2", "gpt_oss"))
     assert ("rope_freqs.weight" in names) == (e["family"] == "llama")
     if a == "gemma2":
         assert (f["gemma2.attn_logit_softcapping"], f["gemma2.final_logit_softcapping"],
@@ -141,24 +154,64 @@ def test_gguf_keys_and_tensors_follow_the_converter(family_export):
     if a == "gemma3":
         assert f["gemma3.attention.sliding_window"] == 8
         assert f["gemma3.rope.freq_base"] == 1e6 and f["gemma3.rope.freq_base_swa"] == 1e4
+    if fam.experts:            # experts stacked [E, out, in] (ggml ne reversed), router F32
+        n_exp = cfg.get("num_experts") or cfg["num_local_experts"]
+        width = cfg.get("moe_intermediate_size") or cfg["intermediate_size"]
+        assert (f[f"{a}.expert_count"], f[f"{a}.expert_used_count"]) == (n_exp, 2)
+        shapes = {t.name: tuple(int(x) for x in t.shape) for t in r.tensors}
+        assert shapes["blk.0.ffn_gate_exps.weight"] == (128, width, n_exp)
+        assert shapes["blk.0.ffn_up_exps.weight"] == (128, width, n_exp)
+        assert shapes["blk.0.ffn_down_exps.weight"] == (width, 128, n_exp)
+        assert {t.name: t.tensor_type.name for t in r.tensors}["blk.0.ffn_gate_inp.weight"] == \
+            "F32"
+        if a != "llama":
+            assert f[f"{a}.expert_feed_forward_length"] == width
+    if a == "phi3":            # fused q/k/v and gate/up, as llama.cpp's phi3 takes them
+        assert {"blk.0.attn_qkv.weight", "blk.0.ffn_up.weight"} <= names
+        assert f["phi3.rope.dimension_count"] == 32 and f["phi3.attention.sliding_window"] == 0
+        assert f["phi3.rope.scaling.original_context_length"] == 4096
+    if a in ("qwen35", "qwen35moe"):    # Gated DeltaNet + gated attention, M-RoPE sections
+        assert f[f"{a}.attention.recurrent_layers"] == [True, False]
+        assert (f[f"{a}.ssm.group_count"], f[f"{a}.ssm.time_step_rank"],
+                f[f"{a}.ssm.inner_size"], f[f"{a}.rope.dimension_count"]) == (2, 4, 64, 8)
+        assert f[f"{a}.rope.dimension_sections"] == [11, 11, 10, 0]
+        assert {"blk.0.ssm_a", "blk.0.ssm_dt.bias", "blk.0.ssm_conv1d.weight",
+                "blk.0.attn_gate.weight", "blk.1.attn_q_norm.weight"} <= names
+    if a == "gpt-oss":         # sinks, expert biases, the yarn rope and the window
+        assert {"blk.0.attn_sinks.weight", "blk.0.ffn_gate_exps.bias", "blk.0.ffn_up_exps.bias",
+                "blk.0.ffn_down_exps.bias", "blk.0.ffn_gate_inp.bias"} <= names
+        assert (f["gpt-oss.attention.sliding_window"], f["gpt-oss.rope.scaling.factor"],
+                f["gpt-oss.rope.scaling.original_context_length"]) == (8, 32.0, 4096)
     t = {x.name: x for x in gguf.GGUFReader(e["adapter"]).tensors}
-    assert len(t) == 2 * len(TARGETS) * cfg["num_hidden_layers"]
+    n = len(targets(e["family"])) * cfg["num_hidden_layers"]     # every target, every layer
+    if a.startswith("qwen35"):   # but DeltaNet's five only in linear-attention layers, q/k/v/o
+        kinds = cfg["layer_types"]                                   # only in full-attention ones
+        n -= 4 * kinds.count("linear_attention") + 5 * kinds.count("full_attention")
+    assert len(t) == 2 * n
 
 
 def test_modelfile_template_is_the_familys_chat_format(family_export):
     from mens.export.modelfile import (CHATML_GO, GEMMA_GO, LLAMA3_GO, MISTRAL_GO,
                                        check_modelfile, modelfile_text)
+    from mens.export.ollama_templates import PHI3_GO
 
     e = family_export
     text = modelfile_text("model-f32.gguf", "adapter.gguf", "test", hf_dir=e["hf"])
     (e["tmp"] / "Modelfile").write_text(text)
     c = check_modelfile(e["tmp"] / "Modelfile", e["tok"])
-    assert c["template"] and not c["template_mismatches"] and not c["missing_files"]
-    assert c["stops_are_tokens"] and c["stops"]
+    assert not c["missing_files"] and c["stops_are_tokens"] and c["stops"]
+    if e["family"] == "gpt_oss":        # harmony: no Go template of mens renders it
+        assert c["template"] is False and "# NOTE: Modelfile: no TEMPLATE" in text
+        return
+    assert c["template"] and not c["template_mismatches"]
     want = {"qwen2": CHATML_GO, "qwen3": CHATML_GO, "llama": LLAMA3_GO, "mistral": MISTRAL_GO,
             "gemma2": GEMMA_GO, "gemma3_text": GEMMA_GO,
-            "olmo2": CHATML_GO}[e["family"]]    # the tiny OLMo 2's ChatML (row: chat None)
+            "olmo2": CHATML_GO,                 # the tiny OLMo 2's ChatML (row: chat None)
+            "qwen3_moe": CHATML_GO, "mixtral": MISTRAL_GO, "phi3": PHI3_GO,
+            "qwen3_5_text": CHATML_GO, "qwen3_5_moe_text": CHATML_GO}[e["family"]]
     assert f'TEMPLATE """{want}"""' in text
+    if e["family"] == "phi3":
+        assert 'PARAMETER stop "<|end|>"' in text
 
 
 def test_f16_llama_gguf_decodes_like_f16_rounded_transformers(tmp_path):
@@ -192,8 +245,10 @@ def test_unsupported_inputs_exit_2_naming_the_cause(tmp_path):
         (hf / "config.json").write_text(json.dumps({**cfg, **change}))
         return write_model_gguf(SafetensorsDir(hf), hf, tmp_path / "x.gguf", "f32", "x")
 
-    with pytest.raises(ConfigError, match="model_type `phi3` has no GGUF export"):
-        export(model_type="phi3")
+    with pytest.raises(ConfigError, match="model_type `falcon` has no GGUF export"):
+        export(model_type="falcon")
+    with pytest.raises(ConfigError, match=r"`qwen3_5` is the multimodal checkpoint.*qwen3_5_text"):
+        export(model_type="qwen3_5")
     with pytest.raises(ConfigError, match="query_pre_attn_scalar 256 != head_dim 32"):
         export(query_pre_attn_scalar=256)
     with pytest.raises(ConfigError, match="rope_type `yarn`"):
@@ -264,3 +319,23 @@ def test_go_template_translation_renders_branches_and_index():
         render_go("{{ range .Messages }}{{ .Images }}{{ end }}", msgs)
     with pytest.raises(ValueError, match="Go construct"):
         render_go("{{ range .Messages }}{{ .Images | len }}{{ end }}", msgs)
+
+
+def test_phi4_chat_format_gets_its_template_and_stop(tmp_path):
+    """Phi-4's <|im_start|>role<|im_sep|>…<|im_end|> (its published template, no newlines) is
+    the phi3 family's second Go template; Phi-3's <|end|> is no token there, so not a stop."""
+    from mens.export.modelfile import modelfile_plan
+    from mens.export.ollama_templates import PHI4_GO
+
+    phi4 = ("{% for message in messages %}{% if (message['role'] == 'system') %}"
+            "{{'<|im_start|>system<|im_sep|>' + message['content'] + '<|im_end|>'}}"
+            "{% elif (message['role'] == 'user') %}{{'<|im_start|>user<|im_sep|>' + "
+            "message['content'] + '<|im_end|>'}}{% elif (message['role'] == 'assistant') %}"
+            "{{'<|im_start|>assistant<|im_sep|>' + message['content'] + '<|im_end|>'}}{% endif %}"
+            "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant<|im_sep|>' }}"
+            "{% endif %}")
+    hf = tmp_path / "hf"
+    make_tokenizer("qwen3", hf, chat_template=phi4)     # ChatML's specials: <|im_end|> a token
+    (hf / "config.json").write_text(json.dumps({"model_type": "phi3"}))
+    template, stops, _ = modelfile_plan(hf)
+    assert template == PHI4_GO and stops == ["<|im_end|>", "<|endoftext|>"]

@@ -1,0 +1,174 @@
+"""Mixture-of-experts and the new families at export: a LoRA on the fused experts (PEFT
+target_parameters, lane.lora.experts=true) merged by mens equals PEFT's merge_and_unload, and
+its merged GGUF decodes in llama.cpp like transformers' merged model; what llama.cpp cannot hold
+or compute alike is refused (exit 2) before any file is written, or said in a note."""
+from __future__ import annotations
+
+import json
+
+import pytest
+from families_util import FAMILIES, make_model, make_tokenizer
+
+from mens.errors import ConfigError
+
+llama_cpp = pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed: "
+                                "`make install` builds it (dev extra, ~8 min on 2 cores)")
+
+EXPERTS = ["mlp.experts.gate_up_proj", "mlp.experts.down_proj"]
+
+
+@pytest.fixture(autouse=True)
+def one_torch_thread():
+    import torch
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)       # tiny models on a shared 2-core box
+    yield
+    torch.set_num_threads(n)
+
+
+def expert_adapter(fam: str, tmp_path):
+    """A tiny model of `fam` and a LoRA on attention, router and the fused experts, its lora_B
+    random (PEFT starts it at zero: a no-op); returns (hf dir, tokenizer, PEFT model, dir)."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+
+    from test_families_gguf import NOT_LINEAR
+
+    from mens.source.families import FAMILIES as ROWS
+
+    hf = tmp_path / "hf"
+    tok = make_tokenizer(fam, hf)
+    model = make_model(fam, hf, len(tok))
+    torch.manual_seed(1)
+    linear = [t for t in ROWS[fam].lora_targets if t != NOT_LINEAR.get(fam)]
+    peft = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, target_modules=linear,
+                                            target_parameters=EXPERTS))
+    with torch.no_grad():
+        for n, p in peft.named_parameters():
+            if "lora_B" in n:
+                p.normal_(0, 0.05)
+    peft.save_pretrained(str(tmp_path / "adapter"))
+    return hf, tok, peft, tmp_path / "adapter"
+
+
+@pytest.mark.parametrize("fam", ["qwen3_moe", "mixtral", "gpt_oss", "qwen3_5_moe_text"])
+def test_expert_lora_merges_like_peft_and_its_gguf_decodes_alike(fam, tmp_path):
+    import torch
+    from test_families_gguf import N_NEW, prompts
+
+    from mens.export.gguf import write_model_gguf
+    from mens.export.merge import (MergedWeights, SafetensorsDir, check_adapter, load_adapter,
+                                   write_hf_dir)
+    from mens.export.verify import exact, hf_greedy, hf_model, llama, llama_greedy
+
+    hf, tok, peft, adapter_dir = expert_adapter(fam, tmp_path)
+    adapter, base = load_adapter(adapter_dir), SafetensorsDir(hf)
+    check_adapter(adapter, base)
+    n_layers = FAMILIES[fam][1]["num_hidden_layers"]
+    assert sorted(adapter.experts) == sorted(f"model.layers.{i}.{p}" for i in range(n_layers)
+                                             for p in EXPERTS)
+    merged = MergedWeights(base, adapter, "fp32")
+    ps = prompts(tok)
+    plain = [hf_greedy(hf_model(hf, base), p, N_NEW) for p in ps]
+    ref = peft.merge_and_unload().eval()                  # PEFT's own merge, the reference
+    mine = hf_model(hf, merged)
+    with torch.no_grad():
+        x = torch.tensor([sum(ps, [])])
+        assert (ref(x).logits - mine(x).logits).abs().max() < 1e-4
+    out = write_hf_dir(merged, hf, tmp_path / "merged", [])
+    assert sorted(SafetensorsDir(out).names) == sorted(base.names)   # the checkpoint's layout
+    gguf = write_model_gguf(SafetensorsDir(out), out, tmp_path / "m.gguf", "f32", "tiny")
+    want = [hf_greedy(ref, p, N_NEW) for p in ps]
+    assert want != plain                                  # the expert LoRA changes the output
+    llm = llama(gguf)
+    a = exact([llama_greedy(llm, p, N_NEW) for p in ps], want, ps, ref)
+    assert a["ok"] and a["identical"] >= len(ps) - 1, a
+
+
+def test_expert_lora_has_no_adapter_gguf_and_says_merge_instead(tmp_path):
+    from mens.export.gguf import preflight, write_adapter_gguf
+    from mens.export.merge import load_adapter
+
+    hf, _, _, adapter_dir = expert_adapter("qwen3_moe", tmp_path)
+    adapter = load_adapter(adapter_dir)
+    assert preflight(hf) == []                            # the model GGUF itself is fine
+    with pytest.raises(ConfigError, match="export.adapter_gguf=false and use the merged GGUF"):
+        preflight(hf, adapter)
+    with pytest.raises(ConfigError, match="lane.lora.experts"):
+        write_adapter_gguf(adapter, hf, tmp_path / "adapter.gguf", "x")
+    assert not list(tmp_path.glob("*.gguf")) and not list(tmp_path.glob(".adapter.gguf*"))
+
+
+def test_moe_configs_llama_cpp_cannot_run_as_transformers_does_exit_2(tmp_path):
+    from mens.export.gguf import preflight, write_model_gguf
+    from mens.export.merge import SafetensorsDir
+
+    hf = tmp_path / "qwen3_moe"
+    tok = make_tokenizer("qwen3_moe", hf)
+    make_model("qwen3_moe", hf, len(tok))
+    cfg = json.loads((hf / "config.json").read_text())
+    for change, why in (({"norm_topk_prob": False}, "norm_topk_prob false"),
+                        ({"mlp_only_layers": [1]}, "dense MLP layers")):
+        (hf / "config.json").write_text(json.dumps({**cfg, **change}))
+        with pytest.raises(ConfigError, match=why):
+            preflight(hf)
+        with pytest.raises(ConfigError, match=why):
+            write_model_gguf(SafetensorsDir(hf), hf, tmp_path / "x.gguf", "f32", "x")
+    assert not list(tmp_path.glob("*.gguf")) and not list(tmp_path.glob(".x.gguf*"))
+
+
+def test_gpt_oss_notes_mxfp4_and_measures_llama_cpps_truncated_yarn(tmp_path):
+    """gpt-oss-20b's config says truncate=false; llama.cpp always rounds yarn's correction range
+    (ggml_rope_yarn_corr_dims). The note says so; the logits show it (the tiny config of
+    families_util uses truncate=true, where they agree exactly). Should llama.cpp learn the
+    untruncated form, this fails and the note goes."""
+    import numpy as np
+    import torch
+    from test_families_gguf import prompts
+
+    from mens.export.gguf import preflight, write_model_gguf
+    from mens.export.merge import SafetensorsDir
+    from mens.export.verify import hf_model, llama
+
+    hf = tmp_path / "hf"
+    tok = make_tokenizer("gpt_oss", hf)
+    make_model("gpt_oss", hf, len(tok))
+    cfg = json.loads((hf / "config.json").read_text())
+    cfg["rope_parameters"]["truncate"] = False
+    (hf / "config.json").write_text(json.dumps(cfg))
+    notes = preflight(hf)
+    assert any("not in the published MXFP4" in n for n in notes)
+    assert any("truncate=false" in n for n in notes)
+    ids = sum(prompts(tok), [])[:60]
+    ref = hf_model(hf, SafetensorsDir(hf))
+    with torch.no_grad():
+        want = ref(torch.tensor([ids])).logits[0].numpy()
+    llm = llama(write_model_gguf(SafetensorsDir(hf), hf, tmp_path / "m.gguf", "f32", "x"))
+    llm.eval(ids)
+    got = np.array(llm.scores[:len(ids)])
+    diff, top1 = np.abs(got - want).max(), (got.argmax(1) == want.argmax(1)).mean()
+    print(f"gpt-oss truncate=false: llama.cpp vs transformers: max |logit diff| {diff:.3g}, "
+          f"top-1 agreement {top1:.3f} over {len(ids)} positions")
+    assert diff > 1e-3                  # parts from transformers (truncate=true: 0 exactly) …
+    assert top1 >= 0.8                  # … but it is the same model, not another one
+
+
+def test_cli_exports_an_expert_lora_merged_and_verified_and_refuses_its_adapter_gguf(
+        tmp_path, monkeypatch, capsys):
+    """`python -m mens.export +rung=hf adapter=…` with a LoRA on Qwen3-MoE's experts: the default
+    (adapter GGUF on) exits 2 before writing anything; with export.adapter_gguf=false the merged
+    GGUF is written and verified against transformers by llama.cpp."""
+    from mens.cli.export import main as export
+
+    hf, _, _, adapter_dir = expert_adapter("qwen3_moe", tmp_path)
+    monkeypatch.chdir(tmp_path)
+    args = ["+rung=hf", f"rung.path={hf}", f"adapter={adapter_dir}", "export.gguf=[f32]",
+            "export.verify=true", f"export.out={tmp_path / 'out'}"]
+    assert export(args) == 2
+    assert "export.adapter_gguf=false and use the merged GGUF" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists() or not list((tmp_path / "out").iterdir())
+    assert export([*args, "export.adapter_gguf=false"]) == 0, capsys.readouterr().out
+    manifest = json.loads((tmp_path / "out" / "export.json").read_text())
+    v = manifest["verify"]
+    assert v["ok"] and v["gguf"]["f32"]["identical"] == v["gguf"]["f32"]["of"]
+    assert v["merged_vs_base"]["differing"] > 0                  # the experts' LoRA is in it
