@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from mens.errors import ConfigError
-from mens.source.families import FAMILIES, read_config, rung_fields
+from mens.source.families import (FAMILIES, LINEAR_FIELDS, MOE_FIELDS, read_config,
+                                   rung_fields)
 from mens.plan.memory import Arch
 
 CONFIGS = Path(__file__).resolve().parent.parent / "plan" / "fixtures" / "configs"
@@ -25,6 +26,7 @@ PARAMS = {"Llama-3.1-8B": 8_030_261_248, "Qwen3-0.6B": 596_049_920,
 FAMILY = {"Llama-3.1-8B": "llama", "Qwen3-0.6B": "qwen3", "Qwen2.5-1.5B-Instruct": "qwen2",
           "Mistral-7B-v0.3": "mistral", "gemma-2-2b": "gemma2", "gemma-3-1b-it": "gemma3_text",
           "gemma-3-4b-it": "gemma3_text"}
+DENSE_ZEROS = (*MOE_FIELDS, "linear_attention_layers", *LINEAR_FIELDS)
 TINY = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
         "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "vocab_size": 128}
 
@@ -67,7 +69,7 @@ def test_llama_31_8b_fields():
                  "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
                  "head_dim": 128, "vocab_size": 128256, "tie_word_embeddings": False,
                  "max_position_embeddings": 131072, "rope_theta": 500000.0,
-                 "rms_norm_eps": 1e-5}
+                 "rms_norm_eps": 1e-5, **{k: 0 for k in DENSE_ZEROS}}
     assert Arch.of(f).params()["total"] == 8_030_261_248
 
 
@@ -77,8 +79,10 @@ def test_defaults_are_transformers_defaults(family, tmp_path):
     (head_dim, kv heads, tying, context, rope_theta, eps) is what transformers fills in."""
     from transformers import AutoConfig
 
+    # (no special token ids: Phi-3's class default pad id 32000 lies outside a 128 vocabulary)
     minimal = {"model_type": family, "hidden_size": 64, "intermediate_size": 128,
-               "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 128}
+               "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 128,
+               "pad_token_id": None, "bos_token_id": None, "eos_token_id": None}
     d = model_dir(tmp_path, minimal)
     f = rung_fields(minimal, "config.json")
     counted, _ = meta_count(d)
@@ -99,7 +103,9 @@ def test_tiny_random_model_per_family(family):
 
     from mens.model.load import load_base
 
-    rung = {"name": f"tiny-{family}", "init": "random", "family": family, **TINY,
+    # the family's own fields too (experts, linear attention: its class defaults at this size)
+    fields = rung_fields({"model_type": family, **TINY}, "c.json")
+    rung = {"name": f"tiny-{family}", "init": "random", **fields,
             "tie_word_embeddings": False, "max_position_embeddings": 256}
     notes: list[str] = []
     model = load_base(rung, kind="full", notes=notes)
@@ -157,13 +163,14 @@ def test_multimodal_gemma3_takes_text_config():
 
 def test_unknown_model_type_names_the_file_and_families():
     with pytest.raises(ConfigError) as e:
-        rung_fields({"model_type": "phi3", **TINY}, "/models/phi/config.json")
+        rung_fields({"model_type": "falcon", **TINY}, "/models/falcon/config.json")
     msg = e.value.message
-    assert "/models/phi/config.json" in msg and "'phi3'" in msg
-    for fam in ("qwen2", "qwen3", "llama", "mistral", "gemma2", "gemma3_text", "gemma3", "olmo2"):
+    assert "/models/falcon/config.json" in msg and "'falcon'" in msg
+    for fam in ("qwen2", "qwen3", "llama", "mistral", "gemma2", "gemma3_text", "gemma3", "olmo2",
+                "qwen3_moe", "mixtral", "gpt_oss", "phi3", "qwen3_5"):
         assert fam in msg
     with pytest.raises(ConfigError):
-        Arch(64, 128, 2, 4, 2, 16, 128, False, "phi3").params()
+        Arch(64, 128, 2, 4, 2, 16, 128, False, "falcon").params()
 
 
 def test_missing_key_names_the_file_and_key():
@@ -214,12 +221,13 @@ def test_every_row_names_a_llama_cpp_arch_a_chat_format_and_linear_targets():
 
     from mens.export.modelfile import FORMATS
 
-    linear = Arch(**{k: 1 for k in ("hidden", "intermediate", "layers", "heads", "kv_heads",
-                                    "head_dim", "vocab")}, tied=False).linear_shapes()
     for f in FAMILIES.values():
+        fields = rung_fields({"model_type": f.model_type, **TINY}, "c.json")
+        linear = Arch.of(fields).linear_shapes()
         assert f.gguf_arch in gguf.MODEL_ARCH_NAMES.values(), f
         assert f.chat is None or f.chat in FORMATS, f
-        assert set(f.lora_targets) <= set(linear) and f.qk_norm in ("", "head", "proj"), f
+        assert set(f.lora_targets) <= set(f.linear) <= set(linear), f
+        assert f.qk_norm in ("", "head", "proj"), f
 
 
 def test_olmo2_qk_norms_span_the_whole_projections():
