@@ -27,15 +27,6 @@ FORMULA_VERSION = 4
 DEFAULT_PATHS = {"attention": "block_mask", "loss": "full_logits", "heap": "default"}
 
 
-# Arch's mixture-of-experts and linear-attention fields ← RungConfig's (mens.source.families)
-_EXTRA = {"experts": "num_experts", "experts_per_tok": "num_experts_per_tok",
-          "moe_intermediate": "moe_intermediate_size",
-          "shared_intermediate": "shared_expert_intermediate_size",
-          "linear_layers": "linear_attention_layers", "lin_k_heads": "linear_num_key_heads",
-          "lin_v_heads": "linear_num_value_heads", "lin_k_dim": "linear_key_head_dim",
-          "lin_v_dim": "linear_value_head_dim", "conv_kernel": "linear_conv_kernel_dim"}
-
-
 @dataclass(frozen=True)
 class Arch:
     hidden: int          # h
@@ -72,7 +63,12 @@ class Arch:
                    get("num_attention_heads"), get("num_key_value_heads"), get("head_dim"),
                    get("vocab_size"), bool(get("tie_word_embeddings")),
                    get("family", None) or DEFAULT_FAMILY,
-                   **{k: int(get(f, 0) or 0) for k, f in _EXTRA.items()})
+                   get("num_experts", 0) or 0, get("num_experts_per_tok", 0) or 0,
+                   get("moe_intermediate_size", 0) or 0,
+                   get("shared_expert_intermediate_size", 0) or 0,
+                   get("linear_attention_layers", 0) or 0, get("linear_num_key_heads", 0) or 0,
+                   get("linear_num_value_heads", 0) or 0, get("linear_key_head_dim", 0) or 0,
+                   get("linear_value_head_dim", 0) or 0, get("linear_conv_kernel_dim", 0) or 0)
 
     @property
     def attn_layers(self) -> int:
@@ -205,6 +201,8 @@ class LaneModel:
     lora_r: int = 16
     lora_targets: tuple = LORA_TARGETS
     lora_dropout: float = 0.0
+    # LoRA on the fused expert weights too (lane.lora.experts; PEFT's target_parameters)
+    lora_experts: bool = False
     double_quant: bool = True
     blocksize: int = 64
     frozen_adapter_copy: bool = False   # DPO from an SFT adapter keeps a frozen reference copy
@@ -327,7 +325,8 @@ def components(arch: Arch, lane: LaneModel, shape: Shape, backend: str,
     tb = m["trainable_bytes"]                  # fp32 adapters / master weights
     # micro_batch counts records; a pair puts two rows in the batch, a GRPO prompt its group
     s, b = shape.seq_len, shape.micro_batch * lane.rows_per_record
-    h, i, L = arch.hidden, arch.intermediate, arch.layers
+    # a mixture of experts: a token's MLP tensors span its k experts (+ the shared one)
+    h, i, L = arch.hidden, arch.mlp_width, arch.layers
     q, kv = arch.heads * arch.head_dim, arch.kv_heads * arch.head_dim
 
     # --- weights and what trains -------------------------------------------------------------
@@ -335,16 +334,21 @@ def components(arch: Arch, lane: LaneModel, shape: Shape, backend: str,
         weights, trainable = 0, p["total"]
         largest = arch.vocab * h if arch.tied else max(arch.vocab * h, i * h)   # embed / lm_head
     elif lane.kind == "qlora":
-        dense = p["embed"] + p["lm_head"] + p["norms"]
+        # bitsandbytes quantises nn.Linear weights only: fused experts, biases, norms, sinks
+        # and the embeddings stay in the compute dtype
+        dense = p["total"] - p["linear"]
         weights = int(dense * wb + p["linear"] * nf4_bytes_per_param(
             lane.double_quant, lane.blocksize, m["nf4_bits"]))
-        trainable = arch.lora_params(lane.lora_r, lane.lora_targets)
+        trainable = arch.lora_params(lane.lora_r, lane.lora_targets, lane.lora_experts)
     else:  # lora: a frozen base plus adapters
         weights = p["total"] * wb
-        trainable = arch.lora_params(lane.lora_r, lane.lora_targets)
+        trainable = arch.lora_params(lane.lora_r, lane.lora_targets, lane.lora_experts)
     if lane.kind != "full":   # the largest adapter matrix: r × the widest target side
         shapes = arch.linear_shapes()
         largest = lane.lora_r * max((max(shapes[t]) for t in lane.lora_targets), default=0)
+        if lane.lora_experts:   # an expert weight's lora_A / lora_B stack all E experts
+            largest = max([largest, *(E * lane.lora_r * max(a, b)
+                                      for E, a, b in arch.expert_shapes().values())])
     if lane.frozen_adapter_copy:
         weights += trainable * tb
     # grpo's in-step reference as a deepcopy of the model: full keeps fp32 masters, so does the
@@ -385,17 +389,25 @@ def components(arch: Arch, lane: LaneModel, shape: Shape, backend: str,
             layer[0] += s * b * (wb + 1) * sum(shapes[t][0] for t in lane.lora_targets)
     # (b, a, s, s) softmax in + out: where the backend's kernel keeps them, or a record of
     # another framework ran eager attention (mens.calibrate.evidence)
+    # (b, a, s, s) scores and the mask's copies exist in full-attention layers only (Qwen3.5's
+    # linear-attention layers keep a recurrent state instead, per head not per token pair)
+    scores = [0, 0]
     if m["attn_scores_materialised"].get(backend, True) or paths["attention"] == "eager":
         for j, v in enumerate(cut(b * arch.heads * s * s * wb, 2 * wb * arch.heads * b * s * s)):
-            layer[j] += v
+            scores[j] += v
     if masked:                                 # sdpa turns the bool mask into an additive one
         copies = m["mask_copies"].get(backend, 1)
         for j, v in enumerate(cut(b * s * s * wb, copies * wb * b * s * s)):
-            layer[j] += v
+            scores[j] += v
     # checkpointing keeps each layer's input (its own term: it grows with the layer count,
     # the recomputed set does not) and recomputes one layer's set at a time
     checkpoints = L * s * b * m["ckpt_hidden"] * h * wb if shape.checkpointing else 0
-    act = list(layer) if shape.checkpointing else [L * layer[0], L * layer[1]]
+    A = arch.attn_layers
+    if shape.checkpointing:
+        act = [layer[j] + (scores[j] if A else 0) for j in (0, 1)]
+    else:
+        act = [L * layer[j] + A * scores[j] for j in (0, 1)]
+    layer = [layer[j] + (scores[j] if A == L else 0) for j in (0, 1)]
     for j, v in enumerate(cut(b * s * h * wb, s * b * h * m["outer_act_bytes"][pc][role])):
         act[j] += v
 

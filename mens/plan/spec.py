@@ -186,6 +186,7 @@ def lane_model(lane, precision: str, init_adapter: str | None = None, check: str
         optimizer=lane.optimizer.name,
         lora_r=lora.r if lora else 0, lora_targets=tuple(lora.targets) if lora else (),
         lora_dropout=lora.dropout if lora else 0.0,
+        lora_experts=bool(getattr(lora, "experts", False)) if lora else False,
         double_quant=q.double_quant if q else True, blocksize=q.blocksize if q else 64,
         frozen_adapter_copy=bool(init_adapter) and ref and lane.method != "full" and not copy,
         objective=c.name, rows_per_record=c.rows_per_record(lane), reference=ref,
@@ -298,6 +299,8 @@ def compile_run(cfg: DictConfig, purpose: str = "plan") -> tuple[RunSpec, Plan]:
     if cfg.rung.revision is None and not cfg.rung.tokenizer_bundled and not cfg.rung.path:
         notes.append(f"rung {cfg.rung.name}: {cfg.rung.repo_id} is unpinned (revision null)")
 
+    from mens.plan.family import resolve_family
+    resolve_family(cfg, notes)   # the family's targets, experts and packing, written back
     seq_len = resolve_seq_len(cfg, notes, dataset)
     obj = card(lane).name           # the sampling objective's own section (grpo, distill)
     if "generation" in card(lane).memory_terms and \

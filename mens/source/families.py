@@ -83,7 +83,9 @@ MOE_FIELDS = ("num_experts", "num_experts_per_tok", "moe_intermediate_size",
               "shared_expert_intermediate_size")
 LINEAR_FIELDS = ("linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim",
                  "linear_value_head_dim", "linear_conv_kernel_dim")
-_MOE_KEYS = {k: (k,) for k in MOE_FIELDS[:3]}
+_MOE_KEYS = {"num_experts": ("num_experts", "num_local_experts"),   # (transformers' to_dict)
+             "num_experts_per_tok": ("num_experts_per_tok",),
+             "moe_intermediate_size": ("moe_intermediate_size",)}
 _LOCAL_EXPERTS = {"num_experts": ("num_local_experts", "num_experts"),
                   "num_experts_per_tok": ("num_experts_per_tok",),
                   "moe_intermediate_size": ("intermediate_size",)}
@@ -142,8 +144,8 @@ FAMILIES: dict[str, Family] = {f.model_type: f for f in (
            defaults=_defaults(max_position_embeddings=2048, rms_norm_eps=1e-5)),
     # Mixtures of experts: transformers 5 fuses each layer's experts into two 3-D parameters
     # (experts.gate_up_proj, experts.down_proj), which LoRA reaches through PEFT's
-    # target_parameters (lane.lora.experts); the router (`gate`, gpt-oss's `router`) is a
-    # Linear and a default target beside attention.
+    # target_parameters (lane.lora.experts); the router `gate` of Qwen3-MoE and Mixtral is an
+    # nn.Linear and a default target beside attention (gpt-oss's and Qwen3.5-MoE's are not).
     Family("qwen3_moe", "Qwen3MoeConfig", "Qwen3MoeForCausalLM", "qwen3moe", qk_norm="head",
            chat="chatml", linear=(*_ATTN, "gate"), lora_targets=(*_ATTN, "gate"),
            experts=_EXPERTS, keys=_MOE_KEYS,
@@ -158,10 +160,11 @@ FAMILIES: dict[str, Family] = {f.model_type: f for f in (
            defaults=_defaults(max_position_embeddings=131072, num_key_value_heads=8,
                               rope_theta=1_000_000.0, rms_norm_eps=1e-5,
                               num_local_experts=8, num_experts_per_tok=2)),
-    # gpt-oss: biases on q/k/v/o, a sink logit per head, router and expert biases
+    # gpt-oss: biases on q/k/v/o, a sink logit per head, router and expert biases. Its router
+    # (GptOssTopKRouter) is no nn.Linear, which PEFT cannot wrap: LoRA targets attention only
     Family("gpt_oss", "GptOssConfig", "GptOssForCausalLM", "gpt-oss", qkv_bias=True,
            o_bias=True, sinks=True, moe_biases=True, router="router", keys=_LOCAL_EXPERTS,
-           linear=(*_ATTN, "router"), lora_targets=(*_ATTN, "router"), experts=_EXPERTS,
+           linear=_ATTN, lora_targets=_ATTN, experts=_EXPERTS,
            attn="eager", attn_reason="gpt-oss adds learned attention sinks, which transformers "
                                      "implements in eager attention only (it refuses sdpa)",
            no_per_record="gpt-oss attends through sliding windows on alternate layers",
@@ -174,6 +177,7 @@ FAMILIES: dict[str, Family] = {f.model_type: f for f in (
            defaults=_defaults(max_position_embeddings=4096, rms_norm_eps=1e-5)),
     # Qwen3.5 (published as a multimodal wrapper, model_type qwen3_5[_moe]): Gated DeltaNet
     # linear-attention layers beside gated full attention; its MoE adds a shared expert
+    # (gate/up/down_proj: LoRA targets) and its router is no nn.Linear (PEFT cannot wrap it)
     Family("qwen3_5_text", "Qwen3_5TextConfig", "Qwen3_5ForCausalLM", "qwen35",
            qk_norm="head", chat="chatml", linear=(*LORA_TARGETS, *_DELTANET),
            lora_targets=(*LORA_TARGETS, *_DELTANET), no_packing=_QWEN35_PACKING,
@@ -181,8 +185,8 @@ FAMILIES: dict[str, Family] = {f.model_type: f for f in (
            defaults=_defaults(max_position_embeddings=32768, head_dim=256,
                               num_key_value_heads=4, **_DELTANET_DEFAULTS)),
     Family("qwen3_5_moe_text", "Qwen3_5MoeTextConfig", "Qwen3_5MoeForCausalLM", "qwen35moe",
-           qk_norm="head", chat="chatml", linear=(*LORA_TARGETS, *_DELTANET, "gate"),
-           lora_targets=(*LORA_TARGETS, *_DELTANET, "gate"), experts=_EXPERTS,
+           qk_norm="head", chat="chatml", linear=(*LORA_TARGETS, *_DELTANET),
+           lora_targets=(*LORA_TARGETS, *_DELTANET), experts=_EXPERTS,
            no_packing=_QWEN35_PACKING, gated_q=True, linear_attention=True,
            keys={**_MOE_KEYS, "shared_expert_intermediate_size":
                  ("shared_expert_intermediate_size",), **_LINEAR_KEYS},
