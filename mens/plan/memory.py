@@ -343,9 +343,12 @@ def components(arch: Arch, lane: LaneModel, shape: Shape, backend: str,
     else:  # lora: a frozen base plus adapters
         weights = p["total"] * wb
         trainable = arch.lora_params(lane.lora_r, lane.lora_targets, lane.lora_experts)
+    shapes = arch.linear_shapes()
+    # the lane's targets this model has (a way out planned on another family's rung keeps the
+    # lane's list: its names that rung lacks adapt nothing there, as in lora_params)
+    targets = [t for t in lane.lora_targets if t in shapes]
     if lane.kind != "full":   # the largest adapter matrix: r × the widest target side
-        shapes = arch.linear_shapes()
-        largest = lane.lora_r * max((max(shapes[t]) for t in lane.lora_targets), default=0)
+        largest = lane.lora_r * max((max(shapes[t]) for t in targets), default=0)
         if lane.lora_experts:   # an expert weight's lora_A / lora_B stack all E experts
             largest = max([largest, *(E * lane.lora_r * max(a, b)
                                       for E, a, b in arch.expert_shapes().values())])
@@ -378,15 +381,14 @@ def components(arch: Arch, lane: LaneModel, shape: Shape, backend: str,
         for j, v in enumerate(cut(b * s * width * wb, s * b * per_dim[dim] * width)):
             layer[j] += v
     if role == "adapter":                      # each target's lora_A output (r values, fp32)
-        layer[0] += s * b * m["lora_act_bytes"] * lane.lora_r * len(lane.lora_targets)
+        layer[0] += s * b * m["lora_act_bytes"] * lane.lora_r * len(targets)
         # act_bytes count LoRA on every linear; an input only a LoRA branch keeps is not kept
         # when no target of its group is adapted
         for group in m["lora_inputs"].values():
-            if not set(group["targets"]) & set(lane.lora_targets):
+            if not set(group["targets"]) & set(targets):
                 layer[0] -= s * b * wb * {"hidden": h, "intermediate": i}[group["dim"]]
         if lane.lora_dropout > 0:              # PEFT keeps dropout(x) per target
-            shapes = arch.linear_shapes()
-            layer[0] += s * b * (wb + 1) * sum(shapes[t][0] for t in lane.lora_targets)
+            layer[0] += s * b * (wb + 1) * sum(shapes[t][0] for t in targets)
     # (b, a, s, s) softmax in + out: where the backend's kernel keeps them, or a record of
     # another framework ran eager attention (mens.calibrate.evidence)
     # (b, a, s, s) scores and the mask's copies exist in full-attention layers only (Qwen3.5's

@@ -349,7 +349,9 @@ def compile_run(cfg: DictConfig, purpose: str = "plan") -> tuple[RunSpec, Plan]:
     if not p.fits:
         from dataclasses import replace
         p = replace(p, ways_out=ways_out(
-            req, rungs=_smaller_rungs(cfg.rung.name, req.arch), tiers=_tier_budgets(cfg.hw),
+            req, rungs={n: a for n, a in _smaller_rungs(cfg.rung.name, req.arch).items()
+                        if a.experts or not req.lane.lora_experts},   # experts need experts
+            tiers=_tier_budgets(cfg.hw),
             memory_for=lambda need: memory_needed(cfg.hw, need / GiB),
             memory_gb=cfg.hw.memory_gb))
     if lane.objective == "grpo":   # will its groups carry a signal? (said, warned above 0.8)
