@@ -22,10 +22,17 @@ CONFIGS = Path(__file__).resolve().parent.parent / "plan" / "fixtures" / "config
 PARAMS = {"Llama-3.1-8B": 8_030_261_248, "Qwen3-0.6B": 596_049_920,
           "Qwen2.5-1.5B-Instruct": 1_543_714_304, "Mistral-7B-v0.3": 7_248_023_552,
           "gemma-2-2b": 2_614_341_888, "gemma-3-1b-it": 999_885_952,
-          "gemma-3-4b-it": 3_880_263_168}
+          "gemma-3-4b-it": 3_880_263_168,
+          # mixtures of experts, Phi-4 and Qwen3.5 (tests/plan/test_moe_plan.py pins their
+          # active counts against the published figures)
+          "Qwen3-30B-A3B": 30_532_122_624, "gpt-oss-20b": 20_914_757_184,
+          "Mixtral-8x7B-v0.1": 46_702_792_704, "phi-4": 14_659_507_200,
+          "Qwen3.5-27B": 26_895_998_464, "Qwen3.5-35B-A3B": 34_660_610_688}
 FAMILY = {"Llama-3.1-8B": "llama", "Qwen3-0.6B": "qwen3", "Qwen2.5-1.5B-Instruct": "qwen2",
           "Mistral-7B-v0.3": "mistral", "gemma-2-2b": "gemma2", "gemma-3-1b-it": "gemma3_text",
-          "gemma-3-4b-it": "gemma3_text"}
+          "gemma-3-4b-it": "gemma3_text", "Qwen3-30B-A3B": "qwen3_moe", "gpt-oss-20b": "gpt_oss",
+          "Mixtral-8x7B-v0.1": "mixtral", "phi-4": "phi3", "Qwen3.5-27B": "qwen3_5_text",
+          "Qwen3.5-35B-A3B": "qwen3_5_moe_text"}
 DENSE_ZEROS = (*MOE_FIELDS, "linear_attention_layers", *LINEAR_FIELDS)
 TINY = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
         "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "vocab_size": 128}
@@ -57,10 +64,15 @@ def test_planner_count_equals_meta_build(name, tmp_path):
     assert fields["family"] == arch.family == FAMILY[name]
     counted, model = meta_count(tmp_path)
     assert arch.params()["total"] == counted == PARAMS[name]
-    # LoRA on every linear layer: the planner's count equals PEFT's shapes
-    by_hand = sum(16 * (m.in_features + m.out_features) for n, m in model.named_modules()
-                  if n.rsplit(".", 1)[-1] in FAMILIES[fields["family"]].lora_targets)
-    assert arch.lora_params(16, FAMILIES[fields["family"]].lora_targets) == by_hand
+    # LoRA on the family's default targets: r·(in + out) of each such module's weight (a MoE
+    # router is a module of its own holding an [E, h] weight), the fused experts r·E·(in + out)
+    fam = FAMILIES[fields["family"]]
+    by_hand = sum(16 * sum(m.weight.shape) for n, m in model.named_modules()
+                  if n.rsplit(".", 1)[-1] in fam.lora_targets)
+    assert arch.lora_params(16, fam.lora_targets) == by_hand
+    experts = sum(16 * p.shape[0] * (p.shape[1] + p.shape[2]) for n, p in model.named_parameters()
+                  if any(n.endswith(e) for e in fam.experts))
+    assert arch.lora_params(16, fam.lora_targets, experts=True) == by_hand + experts
 
 
 def test_llama_31_8b_fields():
