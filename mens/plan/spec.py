@@ -28,6 +28,8 @@ from mens.source.families import FAMILIES
 DATA_DIR = CORPORA   # each spoke's lengths.json (the length manifest) lives here
 SECTIONS = ("hw", "rung", "spoke", "data", "lane", "curriculum", "train", "plan", "logger")
 LADDER = ["tiny", "0.6b", "1.7b", "4b", "8b", "14b", "32b"]
+# Mixtures of experts beside the dense ladder: planned, recommended and laddered like its rungs
+MOE_RUNGS = ["gpt-oss-20b", "qwen3-30b-a3b"]
 PRECISION_OF = {"bf16-mixed": "bf16", "bf16-true": "bf16", "16-mixed": "fp16", "32-true": "fp32"}
 
 
@@ -386,7 +388,7 @@ def _smaller_rungs(name: str, arch: Arch) -> dict:
     """The ladder's rungs below this one (for a `+rung=hf` model: those with fewer params)."""
     if name in LADDER:
         return {r: Arch.of(load_option("rung", r)) for r in reversed(LADDER[1:LADDER.index(name)])}
-    mine = arch.params()["total"]
+    mine = arch.params()["total"]   # a MoE rung or an HF model: the dense rungs with fewer
     below = {r: Arch.of(load_option("rung", r)) for r in reversed(LADDER[1:])}
     return {r: a for r, a in below.items() if a.params()["total"] < mine}
 

@@ -141,3 +141,24 @@ def test_qwen35_plans_without_packing_and_says_why(compile_run, tmp_path):
     assert any("recurrent state" in n for n in spec.notes)
     # the family's targets are written into the spec: the trainer adapts what was planned
     assert tuple(spec.lane.lora.targets) == FAMILIES["qwen3_5_moe_text"].lora_targets
+
+
+@pytest.mark.parametrize("rung, name", [("qwen3-30b-a3b", "Qwen3-30B-A3B"),
+                                        ("gpt-oss-20b", "gpt-oss-20b")])
+def test_moe_rungs_are_their_published_configs(compile_run, rung, name):
+    """conf/rung's MoE rungs carry the numbers of their config.json (fixtures): the same
+    architecture field for field, so the same exact counts; they plan as `+rung=<name>` and
+    `mens recommend` and the ladder list them."""
+    from omegaconf import OmegaConf
+
+    from mens.config.schema import RecommendConfig
+    from mens.plan.spec import MOE_RUNGS
+    from mens.resources import option_path
+
+    fields = read_config(CONFIGS / f"{name}.json")
+    conf = OmegaConf.to_container(OmegaConf.load(option_path("rung", rung)))
+    assert {k: conf.get(k, 0) for k in fields} == fields
+    spec, p = compile_run("+hw=h200", f"+rung={rung}", "lane=lora")
+    assert p.params_total == arch_of(name).params()["total"]
+    assert p.params_active == arch_of(name).params()["active"] < p.params_total
+    assert rung in MOE_RUNGS and rung in RecommendConfig().rungs
