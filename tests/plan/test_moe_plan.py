@@ -118,6 +118,9 @@ def test_lora_plan_of_a_published_moe_on_an_80gb_card(compile_run, tmp_path, nam
     a = Arch.of(spec.rung)
     assert p.params_total == a.params()["total"] and p.params_active == a.params()["active"]
     assert p.params_trainable == a.lora_params(16, spec.lane.lora.targets, experts)
+    record = p.to_dict()   # plan.json's counts
+    assert (record["params_total"], record["params_active"], record["experts"]) == \
+        (a.params()["total"], a.params()["active"], a.experts)
     text = render(spec, p)
     assert f"{p.params_total:,}" in text and f"{p.params_trainable:,}" in text
     assert f"active, {a.experts} experts, {a.experts_per_tok} routed" in text

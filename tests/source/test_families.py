@@ -247,3 +247,27 @@ def test_olmo2_qk_norms_span_the_whole_projections():
     olmo, qwen = (Arch(64, 128, 2, 4, 2, 16, 128, False, f).params() for f in ("olmo2", "qwen3"))
     assert olmo["norms"] == 2 * (2 * 64 + 4 * 16 + 2 * 16) + 64
     assert qwen["norms"] == 2 * (2 * 64 + 2 * 16) + 64
+
+
+def test_moe_keys_the_count_cannot_express_are_refused():
+    """gpt-oss without its attention biases and Qwen3-MoE with dense layers between its sparse
+    ones would plan parameters the model does not have (or miss some): refused, naming them."""
+    moe = {**TINY, "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 32}
+    with pytest.raises(ConfigError, match="attention_bias: false"):
+        rung_fields({"model_type": "gpt_oss", **moe, "attention_bias": False}, "c.json")
+    for bad in ({"mlp_only_layers": [0]}, {"decoder_sparse_step": 2}):
+        with pytest.raises(ConfigError, match="experts in every layer"):
+            rung_fields({"model_type": "qwen3_moe", **moe, **bad}, "c.json")
+    f = rung_fields({"model_type": "mixtral", **TINY, "num_local_experts": 4}, "c.json")
+    assert (f["num_experts"], f["num_experts_per_tok"], f["moe_intermediate_size"]) == (4, 2, 128)
+
+
+def test_linear_attention_layers_by_layer_types_or_interval():
+    base = {"model_type": "qwen3_5_text", **TINY, "num_hidden_layers": 8}
+    assert rung_fields(base, "c.json")["linear_attention_layers"] == 6     # interval 4: 3 of 4
+    assert rung_fields({**base, "full_attention_interval": 2}, "c.json")[
+        "linear_attention_layers"] == 4
+    types = ["linear_attention"] * 7 + ["full_attention"]
+    assert rung_fields({**base, "layer_types": types}, "c.json")["linear_attention_layers"] == 7
+    with pytest.raises(ConfigError, match="layer_types"):
+        rung_fields({**base, "layer_types": types[:3]}, "c.json")
