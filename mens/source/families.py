@@ -352,6 +352,23 @@ def _linear_layers(config: Mapping, layers: int, source: str) -> int:
     return types.count("linear_attention")
 
 
+def config_kwargs(rung: Mapping) -> dict:
+    """The config.json keys of a rung's MoE and linear-attention fields (the inverse of
+    rung_fields for them), for building a random model from rung fields alone: each field under
+    its row's first key; Qwen3.5's layer_types with its full-attention layers where transformers'
+    interval of 4 puts them when the count agrees, else last."""
+    fam = family(rung.get("family") or DEFAULT_FAMILY)
+    out = {fam.keys[f][0]: rung[f] for f in (*MOE_FIELDS, *LINEAR_FIELDS)
+           if f in fam.keys and rung.get(f)}
+    if fam.linear_attention and rung.get("num_hidden_layers"):
+        layers, linear = rung["num_hidden_layers"], rung.get("linear_attention_layers", 0)
+        types = ["linear_attention" if (i + 1) % 4 else "full_attention" for i in range(layers)]
+        if types.count("linear_attention") != linear:
+            types = ["linear_attention"] * linear + ["full_attention"] * (layers - linear)
+        out["layer_types"] = types
+    return out
+
+
 def read_config(path, notes: list[str] | None = None) -> dict:
     """rung_fields of a config.json file (or a model directory holding one)."""
     import json

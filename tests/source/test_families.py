@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from mens.errors import ConfigError
-from mens.source.families import (FAMILIES, LINEAR_FIELDS, MOE_FIELDS, read_config,
-                                   rung_fields)
+from mens.source.families import (FAMILIES, LINEAR_FIELDS, MOE_FIELDS, config_kwargs,
+                                   read_config, rung_fields)
 from mens.plan.memory import Arch
 
 CONFIGS = Path(__file__).resolve().parent.parent / "plan" / "fixtures" / "configs"
@@ -271,3 +271,24 @@ def test_linear_attention_layers_by_layer_types_or_interval():
     assert rung_fields({**base, "layer_types": types}, "c.json")["linear_attention_layers"] == 7
     with pytest.raises(ConfigError, match="layer_types"):
         rung_fields({**base, "layer_types": types[:3]}, "c.json")
+
+
+@pytest.mark.parametrize("family", ["qwen3_moe", "mixtral", "gpt_oss", "qwen3_5_text",
+                                    "qwen3_5_moe_text"])
+def test_config_kwargs_rebuild_the_rung(family, tmp_path):
+    """A rung's experts and linear-attention fields, written back as config.json keys
+    (families.config_kwargs, for a random model from rung fields), build the model the rung
+    counts: rung_fields of that config.json is the rung again."""
+    small = {"num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 32,
+             "shared_expert_intermediate_size": 16, "linear_attention_layers": 3,
+             "linear_num_key_heads": 2, "linear_num_value_heads": 4, "linear_key_head_dim": 8,
+             "linear_value_head_dim": 8, "linear_conv_kernel_dim": 4}
+    fields = rung_fields({"model_type": family, **TINY, "num_hidden_layers": 4}, "c.json")
+    rung = {**fields, **{k: v for k, v in small.items() if fields[k]}}
+    config = {"model_type": family, **TINY, "num_hidden_layers": 4, **config_kwargs(rung)}
+    if family in ("mixtral", "gpt_oss"):   # their experts' width is intermediate_size
+        rung["intermediate_size"] = rung["moe_intermediate_size"]
+        config["intermediate_size"] = rung["moe_intermediate_size"]
+    assert rung_fields(config, "c.json") == rung
+    counted, _ = meta_count(model_dir(tmp_path, config))
+    assert Arch.of(rung).params()["total"] == counted
