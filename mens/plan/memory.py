@@ -170,6 +170,8 @@ def components(arch: Arch, lane: LaneModel, shape: Shape, backend: str,
     if lane.kind == "full":
         weights, trainable = 0, p["total"]
         largest = arch.vocab * h if arch.tied else max(arch.vocab * h, i * h)   # embed / lm_head
+        # a mixture's fused expert weight holds all E experts in one tensor
+        largest = max([largest, *(E * a * o for E, a, o in arch.expert_shapes().values())])
     elif lane.kind == "qlora":
         # bitsandbytes quantises nn.Linear weights only: fused experts, biases, norms, sinks
         # and the embeddings stay in the compute dtype
