@@ -54,7 +54,8 @@ def gguf_choice(rung_cfg, budget_gb: float) -> dict:
 
     a = Arch.of(rung_cfg)
     params = a.params()["total"]
-    kv = 2 * a.layers * rung_cfg.num_key_value_heads * a.head_dim * SERVE_CONTEXT * 2 / GiB
+    # K and V of the full-attention layers (a linear-attention layer's state instead: Qwen3.5)
+    kv = a.state_bytes(1, SERVE_CONTEXT, 2) / GiB
     sizes = {t: params * bpw / 8 / GiB for t, bpw in GGUF_BPW}
     for t, _ in GGUF_BPW:
         need = sizes[t] + kv + SERVE_OVERHEAD_GB

@@ -82,6 +82,19 @@ class RungConfig:
     max_position_embeddings: int = MISSING
     rope_theta: float = 1_000_000.0
     rms_norm_eps: float = 1e-6
+    # Mixture of experts (0: dense): experts per layer, routed per token, each expert's MLP
+    # width, and a shared expert's (Qwen3.5-MoE). A spec.yaml from before them reads dense.
+    num_experts: int = 0
+    num_experts_per_tok: int = 0
+    moe_intermediate_size: int = 0
+    shared_expert_intermediate_size: int = 0
+    # Linear attention (Qwen3.5's Gated DeltaNet; 0: none): how many layers, and their shape
+    linear_attention_layers: int = 0
+    linear_num_key_heads: int = 0
+    linear_num_value_heads: int = 0
+    linear_key_head_dim: int = 0
+    linear_value_head_dim: int = 0
+    linear_conv_kernel_dim: int = 0
     tokenizer_bundled: bool = False  # true only for the embedded tiny rung
     # What `lane.optimizer.lr: auto` and an auto global batch resolve to for this rung (the
     # usual LoRA / full fine-tuning recipes; a few-million-parameter model wants a larger lr).
@@ -408,7 +421,8 @@ class CloudConfig:
 @dataclass
 class RecommendConfig:
     # mens recommend: recommendation.md for one machine (mens.cloud.recommend)
-    rungs: List[str] = field(default_factory=lambda: ["0.6b", "1.7b", "4b", "8b", "14b", "32b"])
+    rungs: List[str] = field(default_factory=lambda: ["0.6b", "1.7b", "4b", "8b", "14b", "32b",
+                                                      "gpt-oss-20b", "qwen3-30b-a3b"])
     lanes: List[str] = field(default_factory=lambda: ["lora", "qlora", "full"])
 
 

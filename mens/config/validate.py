@@ -255,6 +255,12 @@ RANGES: dict[str, Range] = {
     **{f"rung.{k}": _count("an architecture size from the model's config.json", "1024")
        for k in ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
                  "num_key_value_heads", "head_dim", "vocab_size", "max_position_embeddings")},
+    **{f"rung.{k}": _nonneg("0 for a dense model / one without linear attention; else from "
+                            "the model's config.json", "0")
+       for k in ("num_experts", "num_experts_per_tok", "moe_intermediate_size",
+                 "shared_expert_intermediate_size", "linear_attention_layers",
+                 "linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim",
+                 "linear_value_head_dim", "linear_conv_kernel_dim")},
     "rung.rope_theta": _pos("the RoPE base", "1000000"),
     "rung.rms_norm_eps": _pos("the RMSNorm epsilon", "1e-6"),
     "rung.lora_lr": _pos("the learning rate `lane.optimizer.lr=auto` gives LoRA lanes", "2e-4"),

@@ -38,7 +38,7 @@ from mens.data.corpus import corpus_lock
 from mens.run.receipt import read_receipt, receipt_status
 from mens.compare.evals import badge
 from mens.plan.memory import GiB
-from mens.plan.spec import LADDER
+from mens.plan.spec import LADDER, MOE_RUNGS
 from mens.resources import CORPORA, option_path
 from mens.run.rundir import RunDir
 from mens.run.telemetry import first as first_row
@@ -259,7 +259,7 @@ def cell_state(rung: str, spoke: str, run: Path | None, plan: dict,
 def ladder(cfg: DictConfig, rungs: list[str] | None = None, spoke_names: list[str] | None = None,
            corpora: Path | str = CORPORA) -> dict:
     """Every cell of rungs × spokes (default: the ladder × every shipped spoke)."""
-    rungs = rungs or list(LADDER)
+    rungs = rungs or [*LADDER, *MOE_RUNGS]
     spoke_names = spoke_names or spokes()
     root = Path(cfg.ladder.runs)
     runs = runs_by_cell(root)

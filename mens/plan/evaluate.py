@@ -46,20 +46,21 @@ def eval_components(arch: Arch, lane: LaneModel, backend: str, contract, seq_len
     m = contract["model"]
     p = arch.params()
     wb = DTYPE_BYTES[lane.precision]
-    b, s, h, i = batch, seq_len, arch.hidden, arch.intermediate
+    b, s, h, i = batch, seq_len, arch.hidden, arch.mlp_width
     q, kv = arch.heads * arch.head_dim, arch.kv_heads * arch.head_dim
-    if lane.kind == "qlora":
-        dense = p["embed"] + p["lm_head"] + p["norms"]
+    if lane.kind == "qlora":   # nn.Linear weights quantised, the rest in the compute dtype
+        dense = p["total"] - p["linear"]
         weights = int(dense * wb + p["linear"] * nf4_bytes_per_param(
             lane.double_quant, lane.blocksize, m["nf4_bits"]))
     else:
         weights = p["total"] * wb
     adapter = 0 if lane.kind == "full" else \
-        arch.lora_params(lane.lora_r, lane.lora_targets) * m["trainable_bytes"]
+        arch.lora_params(lane.lora_r, lane.lora_targets, lane.lora_experts) * \
+        m["trainable_bytes"]
     # one layer at a time (no autograd keeps anything): its input and output, q/k/v, the MLP's
     # gate/up/act (b, s, i) tensors; attention scores where the backend's kernel keeps them
     layer = b * s * (3 * h + q + 2 * kv + 3 * i) * wb
-    if m["attn_scores_materialised"].get(backend, True):
+    if m["attn_scores_materialised"].get(backend, True) and arch.attn_layers:
         layer += 2 * b * arch.heads * s * s * wb
     if mode == "loglik":
         # lm-eval and mens's held-out loss take log_softmax over (b, s, V): the compute-dtype
@@ -67,9 +68,10 @@ def eval_components(arch: Arch, lane: LaneModel, backend: str, contract, seq_len
         logits = b * s * arch.vocab * (wb + 4)
         cache = 0
     else:
-        # generation keeps K and V of every layer for every row; each step's logits are (b, V)
+        # generation keeps K and V of every full-attention layer for every row (a linear-
+        # attention layer its recurrent and conv state); each step's logits are (b, V)
         # (transformers keeps the last position only), sampled in fp32
-        cache = 2 * arch.layers * b * s * kv * wb
+        cache = arch.state_bytes(b, s, wb)
         logits = 2 * b * arch.vocab * 4
     return {"weights": int(weights), "adapter": int(adapter), "activations": int(layer),
             "logits": int(logits), "kv_cache": int(cache),

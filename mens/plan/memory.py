@@ -15,7 +15,9 @@ import yaml
 
 from mens.config.schema import LORA_TARGETS
 from mens.plan import rl
-from mens.source.families import DEFAULT_FAMILY, family
+from mens.source.families import DEFAULT_FAMILY, family, rung_fields
+# Arch lives in mens.plan.arch; every caller imports it from here, as before
+from mens.plan.arch import Arch  # noqa: F401
 from mens.resources import CONTRACT as CONTRACT_PATH
 DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
 GiB = 2**30
@@ -28,58 +30,6 @@ DEFAULT_PATHS = {"attention": "block_mask", "loss": "full_logits", "heap": "defa
 
 
 @dataclass(frozen=True)
-class Arch:
-    hidden: int          # h
-    intermediate: int    # i
-    layers: int          # L
-    heads: int           # a
-    kv_heads: int        # kv
-    head_dim: int        # d
-    vocab: int           # V
-    tied: bool
-    family: str = DEFAULT_FAMILY   # config.json's model_type (mens.source.families)
-
-    @classmethod
-    def of(cls, rung) -> "Arch":
-        """A rung's architecture: a schema dataclass, its frozen twin, a DictConfig or a dict
-        (spec.yaml). A rung without `family` predates the field: Qwen3, the only family then."""
-        get = rung.get if isinstance(rung, Mapping) else lambda k, d=None: getattr(rung, k, d)
-        return cls(get("hidden_size"), get("intermediate_size"), get("num_hidden_layers"),
-                   get("num_attention_heads"), get("num_key_value_heads"), get("head_dim"),
-                   get("vocab_size"), bool(get("tie_word_embeddings")),
-                   get("family", None) or DEFAULT_FAMILY)
-
-    def linear_shapes(self) -> dict[str, tuple[int, int]]:
-        """(in, out) of each linear layer in one decoder layer, by PEFT target name."""
-        h, i, q, kv = self.hidden, self.intermediate, self.heads * self.head_dim, \
-            self.kv_heads * self.head_dim
-        return {"q_proj": (h, q), "k_proj": (h, kv), "v_proj": (h, kv), "o_proj": (q, h),
-                "gate_proj": (h, i), "up_proj": (h, i), "down_proj": (i, h)}
-
-    def params(self) -> dict[str, int]:
-        """Exact parameter counts of the family's *ForCausalLM: linear weights, q/k/v biases
-        (Qwen2), q/k RMSNorm over head_dim (Qwen3, Gemma 3) or over the whole q and k
-        projections (OLMo 2), 2 or 4 hidden-sized norms per layer (4 in Gemma 2/3) plus the
-        final norm, and an lm_head unless tied."""
-        fam = family(self.family)   # ConfigError for one mens does not support
-        linear = sum(a * b for a, b in self.linear_shapes().values())
-        q, kv = self.heads * self.head_dim, self.kv_heads * self.head_dim
-        biases = q + 2 * kv if fam.qkv_bias else 0
-        qk_norm = {"": 0, "head": 2 * self.head_dim, "proj": q + kv}[fam.qk_norm]
-        norms = fam.norms_per_layer * self.hidden + qk_norm
-        embed = self.vocab * self.hidden
-        lm_head = 0 if self.tied else embed
-        total = embed + self.layers * (linear + biases + norms) + self.hidden + lm_head
-        return {"embed": embed, "lm_head": lm_head, "linear": self.layers * linear,
-                "biases": self.layers * biases, "norms": self.layers * norms + self.hidden,
-                "total": total}
-
-    def lora_params(self, r: int, targets) -> int:
-        shapes = self.linear_shapes()
-        return self.layers * sum(r * (shapes[t][0] + shapes[t][1]) for t in targets)
-
-
-@dataclass(frozen=True)
 class LaneModel:
     """The parts of a lane that change memory."""
     kind: str                        # the method: lora | qlora | full
@@ -88,6 +38,8 @@ class LaneModel:
     lora_r: int = 16
     lora_targets: tuple = LORA_TARGETS
     lora_dropout: float = 0.0
+    # LoRA on the fused expert weights too (lane.lora.experts; PEFT's target_parameters)
+    lora_experts: bool = False
     double_quant: bool = True
     blocksize: int = 64
     frozen_adapter_copy: bool = False   # DPO from an SFT adapter keeps a frozen reference copy
@@ -210,24 +162,35 @@ def components(arch: Arch, lane: LaneModel, shape: Shape, backend: str,
     tb = m["trainable_bytes"]                  # fp32 adapters / master weights
     # micro_batch counts records; a pair puts two rows in the batch, a GRPO prompt its group
     s, b = shape.seq_len, shape.micro_batch * lane.rows_per_record
-    h, i, L = arch.hidden, arch.intermediate, arch.layers
+    # a mixture of experts: a token's MLP tensors span its k experts (+ the shared one)
+    h, i, L = arch.hidden, arch.mlp_width, arch.layers
     q, kv = arch.heads * arch.head_dim, arch.kv_heads * arch.head_dim
 
     # --- weights and what trains -------------------------------------------------------------
     if lane.kind == "full":
         weights, trainable = 0, p["total"]
         largest = arch.vocab * h if arch.tied else max(arch.vocab * h, i * h)   # embed / lm_head
+        # a mixture's fused expert weight holds all E experts in one tensor
+        largest = max([largest, *(E * a * o for E, a, o in arch.expert_shapes().values())])
     elif lane.kind == "qlora":
-        dense = p["embed"] + p["lm_head"] + p["norms"]
+        # bitsandbytes quantises nn.Linear weights only: fused experts, biases, norms, sinks
+        # and the embeddings stay in the compute dtype
+        dense = p["total"] - p["linear"]
         weights = int(dense * wb + p["linear"] * nf4_bytes_per_param(
             lane.double_quant, lane.blocksize, m["nf4_bits"]))
-        trainable = arch.lora_params(lane.lora_r, lane.lora_targets)
+        trainable = arch.lora_params(lane.lora_r, lane.lora_targets, lane.lora_experts)
     else:  # lora: a frozen base plus adapters
         weights = p["total"] * wb
-        trainable = arch.lora_params(lane.lora_r, lane.lora_targets)
+        trainable = arch.lora_params(lane.lora_r, lane.lora_targets, lane.lora_experts)
+    shapes = arch.linear_shapes()
+    # the lane's targets this model has (a way out planned on another family's rung keeps the
+    # lane's list: its names that rung lacks adapt nothing there, as in lora_params)
+    targets = [t for t in lane.lora_targets if t in shapes]
     if lane.kind != "full":   # the largest adapter matrix: r × the widest target side
-        shapes = arch.linear_shapes()
-        largest = lane.lora_r * max((max(shapes[t]) for t in lane.lora_targets), default=0)
+        largest = lane.lora_r * max((max(shapes[t]) for t in targets), default=0)
+        if lane.lora_experts:   # an expert weight's lora_A / lora_B stack all E experts
+            largest = max([largest, *(E * lane.lora_r * max(a, b)
+                                      for E, a, b in arch.expert_shapes().values())])
     if lane.frozen_adapter_copy:
         weights += trainable * tb
     # grpo's in-step reference as a deepcopy of the model: full keeps fp32 masters, so does the
@@ -257,28 +220,35 @@ def components(arch: Arch, lane: LaneModel, shape: Shape, backend: str,
         for j, v in enumerate(cut(b * s * width * wb, s * b * per_dim[dim] * width)):
             layer[j] += v
     if role == "adapter":                      # each target's lora_A output (r values, fp32)
-        layer[0] += s * b * m["lora_act_bytes"] * lane.lora_r * len(lane.lora_targets)
+        layer[0] += s * b * m["lora_act_bytes"] * lane.lora_r * len(targets)
         # act_bytes count LoRA on every linear; an input only a LoRA branch keeps is not kept
         # when no target of its group is adapted
         for group in m["lora_inputs"].values():
-            if not set(group["targets"]) & set(lane.lora_targets):
+            if not set(group["targets"]) & set(targets):
                 layer[0] -= s * b * wb * {"hidden": h, "intermediate": i}[group["dim"]]
         if lane.lora_dropout > 0:              # PEFT keeps dropout(x) per target
-            shapes = arch.linear_shapes()
-            layer[0] += s * b * (wb + 1) * sum(shapes[t][0] for t in lane.lora_targets)
+            layer[0] += s * b * (wb + 1) * sum(shapes[t][0] for t in targets)
     # (b, a, s, s) softmax in + out: where the backend's kernel keeps them, or a record of
     # another framework ran eager attention (mens.calibrate.evidence)
+    # (b, a, s, s) scores and the mask's copies exist in full-attention layers only (Qwen3.5's
+    # linear-attention layers keep a recurrent state instead, per head not per token pair)
+    scores = [0, 0]
     if m["attn_scores_materialised"].get(backend, True) or paths["attention"] == "eager":
         for j, v in enumerate(cut(b * arch.heads * s * s * wb, 2 * wb * arch.heads * b * s * s)):
-            layer[j] += v
+            scores[j] += v
     if masked:                                 # sdpa turns the bool mask into an additive one
         copies = m["mask_copies"].get(backend, 1)
         for j, v in enumerate(cut(b * s * s * wb, copies * wb * b * s * s)):
-            layer[j] += v
+            scores[j] += v
     # checkpointing keeps each layer's input (its own term: it grows with the layer count,
     # the recomputed set does not) and recomputes one layer's set at a time
     checkpoints = L * s * b * m["ckpt_hidden"] * h * wb if shape.checkpointing else 0
-    act = list(layer) if shape.checkpointing else [L * layer[0], L * layer[1]]
+    A = arch.attn_layers
+    if shape.checkpointing:
+        act = [layer[j] + (scores[j] if A else 0) for j in (0, 1)]
+    else:
+        act = [L * layer[j] + A * scores[j] for j in (0, 1)]
+    layer = [layer[j] + (scores[j] if A == L else 0) for j in (0, 1)]
     for j, v in enumerate(cut(b * s * h * wb, s * b * h * m["outer_act_bytes"][pc][role])):
         act[j] += v
 
@@ -378,9 +348,13 @@ def distill_teacher(arch: Arch, lane: LaneModel, rows: int, s: int, wb: int,
 
 def teacher_arch(config: Mapping) -> Arch:
     """A teacher's architecture from its config.json (an HF model directory) or its rung."""
+    if config.get("model_type") is not None:   # a config.json: read as the family reads it
+        return Arch.of(rung_fields(config, "the teacher's config.json"))   # experts and all
     get = config.get
     if get("hidden_size") is None:
         raise ValueError("no architecture numbers")
+    if get("family") is not None:   # a rung: its own fields (a MoE rung's experts among them)
+        return Arch.of(config)
     return Arch(get("hidden_size"), get("intermediate_size"), get("num_hidden_layers"),
                 get("num_attention_heads"), get("num_key_value_heads"),
                 get("head_dim") or get("hidden_size") // get("num_attention_heads"),

@@ -108,9 +108,7 @@ def render(spec, plan: Plan, forced: bool = False, eta: dict | None = None) -> s
               f"{lane_label(spec.lane)} {spec.lane.precision} · {what} · hw {spec.hw.name} "
               f"({spec.hw.backend}, {spec.hw.memory_gb:g} GiB)")
     if plan.params_total:
-        share = plan.params_trainable / plan.params_total
-        con.print(f"parameters: {plan.params_total:,} (exact, from the architecture) · trainable "
-                  f"{plan.params_trainable:,} ({share:.2%})")
+        con.print(params_line(spec, plan))
     t = Table(show_edge=False)
     t.add_column("component")
     t.add_column("GiB", justify="right")
@@ -161,6 +159,28 @@ def render(spec, plan: Plan, forced: bool = False, eta: dict | None = None) -> s
     for way in plan.ways_out:
         con.print(f"way out: {way}")
     return buf.getvalue().rstrip()
+
+
+def short_count(n: int) -> str:
+    """30532122624 → 30.53B; 596049920 → 596.05M"""
+    return f"{n / 1e9:.2f}B" if n >= 1e9 else f"{n / 1e6:.2f}M"
+
+
+def params_line(spec, plan: Plan) -> str:
+    """The exact count (and a mixture of experts' active count: the weights one token uses,
+    mens.plan.memory.Arch.params), what trains, and a LoRA's adapter size (fp32 on disk and in
+    training) — known before anything loads."""
+    moe = (f" ({short_count(plan.params_active)} active, {plan.experts} experts, "
+           f"{plan.experts_per_tok} routed)" if plan.experts else "")
+    line = (f"parameters: {plan.params_total:,} = {short_count(plan.params_total)}{moe} "
+            f"(exact, from the architecture) · trainable {plan.params_trainable:,} "
+            f"({plan.params_trainable / plan.params_total:.2%})")
+    lora = spec.lane.lora if spec.lane.method != "full" else None
+    if lora:
+        experts = ", experts included" if getattr(lora, "experts", False) else ""
+        line += (f" · adapter r={lora.r} on {', '.join(lora.targets)}{experts}: "
+                 f"{plan.params_trainable * 4 / 2**20:,.1f} MiB fp32")
+    return line
 
 
 def sampling_lines(d: dict | None) -> list[str]:

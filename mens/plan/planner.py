@@ -75,6 +75,9 @@ class Plan:
     cost: dict | None = None      # mens.plan.speed.Cost.to_dict(): what the objective spends
     params_total: int = 0         # the model's exact parameter count
     params_trainable: int = 0     # what trains: adapters, or every parameter
+    params_active: int = 0        # weights one token's forward uses (Arch.params; = total dense)
+    experts: int = 0              # a mixture of experts: experts per layer, routed per token
+    experts_per_tok: int = 0
     sampling: dict | None = None  # an objective that samples (grpo): its memory by phase and
     #                               term, with formulas (mens.plan.rl.breakdown)
     signal: dict | None = None    # grpo: the warm start's pass rate and the expected share of
@@ -201,9 +204,10 @@ def _plan(req: PlanRequest) -> Plan:
         req.lane.rows_per_record, req.lane.reference).grad[0]
     speed = estimate_speed(req.arch, req.lane, shape, req.tflops, req.bandwidth_gbs,
                            req.world_size, contract["speed"], rows=rows)
-    p = req.arch.params()["total"]
-    trainable = p if req.lane.kind == "full" else req.arch.lora_params(req.lane.lora_r,
-                                                                        req.lane.lora_targets)
+    counts = req.arch.params()
+    p = counts["total"]
+    trainable = p if req.lane.kind == "full" else req.arch.lora_params(
+        req.lane.lora_r, req.lane.lora_targets, req.lane.lora_experts)
     sampling = None
     if req.lane.generation_tokens and req.lane.objective == "grpo":   # each term, named
         m, paths = contract["model"], {**contract_paths(contract), **dict(req.paths)}
@@ -222,7 +226,9 @@ def _plan(req: PlanRequest) -> Plan:
         fitted=pred.get("fitted", False), world_size=req.world_size,
         external=pred.get("external", False), sources=tuple(pred.get("sources") or ()),
         speed=speed.to_dict() if speed else None, cost=cost.to_dict() if cost else None,
-        params_total=p, params_trainable=trainable, sampling=sampling)
+        params_total=p, params_trainable=trainable, sampling=sampling,
+        params_active=counts["active"], experts=req.arch.experts,
+        experts_per_tok=req.arch.experts_per_tok)
 
 
 def ways_out(req: PlanRequest, *, rungs: Mapping[str, Arch] = {},

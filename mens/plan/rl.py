@@ -42,6 +42,10 @@ def kv_cache_bytes(arch, rows: int, tokens: int, wb: int) -> int:
     """transformers' DynamicCache after generating: per layer a K and a V tensor of
     (rows, kv_heads, tokens − 1, head_dim) — the last sampled token is never fed back, so it has
     no entry (measured: tests/plan/test_grpo_plan_memory.py)."""
+    # a linear-attention layer (Qwen3.5) keeps its recurrent state instead (Arch.state_bytes)
+    state = getattr(arch, "state_bytes", None)
+    if state is not None:
+        return state(rows, max(tokens - 1, 0), wb)
     return rows * max(tokens - 1, 0) * arch.layers * 2 * arch.kv_heads * arch.head_dim * wb
 
 
@@ -52,7 +56,7 @@ def prefill_bytes(arch, rows: int, prompt: int, wb: int, scores: bool) -> int:
     q, k, v — whichever is larger — beside the residual stream, its norm and the layer's output
     (3 × rows·P·hidden)."""
     t = rows * prompt
-    mlp = 3 * t * arch.intermediate
+    mlp = 3 * t * getattr(arch, "mlp_width", arch.intermediate)
     attn = (2 * rows * arch.heads * prompt * prompt if scores else 0) + \
         t * (arch.heads + 2 * arch.kv_heads) * arch.head_dim
     return int((max(mlp, attn) + 3 * t * arch.hidden) * wb)

@@ -28,6 +28,8 @@ from mens.source.families import FAMILIES
 DATA_DIR = CORPORA   # each spoke's lengths.json (the length manifest) lives here
 SECTIONS = ("hw", "rung", "spoke", "data", "lane", "curriculum", "train", "plan", "logger")
 LADDER = ["tiny", "0.6b", "1.7b", "4b", "8b", "14b", "32b"]
+# Mixtures of experts beside the dense ladder: planned, recommended and laddered like its rungs
+MOE_RUNGS = ["gpt-oss-20b", "qwen3-30b-a3b"]
 PRECISION_OF = {"bf16-mixed": "bf16", "bf16-true": "bf16", "16-mixed": "fp16", "32-true": "fp32"}
 
 
@@ -186,6 +188,7 @@ def lane_model(lane, precision: str, init_adapter: str | None = None, check: str
         optimizer=lane.optimizer.name,
         lora_r=lora.r if lora else 0, lora_targets=tuple(lora.targets) if lora else (),
         lora_dropout=lora.dropout if lora else 0.0,
+        lora_experts=bool(getattr(lora, "experts", False)) if lora else False,
         double_quant=q.double_quant if q else True, blocksize=q.blocksize if q else 64,
         frozen_adapter_copy=bool(init_adapter) and ref and lane.method != "full" and not copy,
         objective=c.name, rows_per_record=c.rows_per_record(lane), reference=ref,
@@ -298,6 +301,8 @@ def compile_run(cfg: DictConfig, purpose: str = "plan") -> tuple[RunSpec, Plan]:
     if cfg.rung.revision is None and not cfg.rung.tokenizer_bundled and not cfg.rung.path:
         notes.append(f"rung {cfg.rung.name}: {cfg.rung.repo_id} is unpinned (revision null)")
 
+    from mens.plan.family import resolve_family
+    resolve_family(cfg, notes)   # the family's targets, experts and packing, written back
     seq_len = resolve_seq_len(cfg, notes, dataset)
     obj = card(lane).name           # the sampling objective's own section (grpo, distill)
     if "generation" in card(lane).memory_terms and \
@@ -346,7 +351,9 @@ def compile_run(cfg: DictConfig, purpose: str = "plan") -> tuple[RunSpec, Plan]:
     if not p.fits:
         from dataclasses import replace
         p = replace(p, ways_out=ways_out(
-            req, rungs=_smaller_rungs(cfg.rung.name, req.arch), tiers=_tier_budgets(cfg.hw),
+            req, rungs={n: a for n, a in _smaller_rungs(cfg.rung.name, req.arch).items()
+                        if a.experts or not req.lane.lora_experts},   # experts need experts
+            tiers=_tier_budgets(cfg.hw),
             memory_for=lambda need: memory_needed(cfg.hw, need / GiB),
             memory_gb=cfg.hw.memory_gb))
     if lane.objective == "grpo":   # will its groups carry a signal? (said, warned above 0.8)
@@ -381,7 +388,7 @@ def _smaller_rungs(name: str, arch: Arch) -> dict:
     """The ladder's rungs below this one (for a `+rung=hf` model: those with fewer params)."""
     if name in LADDER:
         return {r: Arch.of(load_option("rung", r)) for r in reversed(LADDER[1:LADDER.index(name)])}
-    mine = arch.params()["total"]
+    mine = arch.params()["total"]   # a MoE rung or an HF model: the dense rungs with fewer
     below = {r: Arch.of(load_option("rung", r)) for r in reversed(LADDER[1:])}
     return {r: a for r, a in below.items() if a.params()["total"] < mine}
 

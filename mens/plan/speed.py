@@ -94,11 +94,21 @@ def kernel_class(lane_kind: str) -> str:
     return {"qlora": "qlora", "full": "full"}.get(lane_kind, "lora")
 
 
-def flops_per_token(arch: Arch, lane_kind: str, checkpointing: bool, seq_len: int) -> float:
+def matmul_params(arch: Arch) -> int:
+    """The decoder's matmul weights one token multiplies by: every nn.Linear (a mixture's
+    router and shared expert included) and, of the fused experts, the k of E it is routed to
+    (speed follows the active parameters; memory holds them all). The lm_head is the callers'.
+    Gated DeltaNet's own recurrence (per head dk·dv a token) is left out: under 1 % of its
+    projections' FLOPs at Qwen3.5's sizes."""
     p = arch.params()
-    n = p["linear"] + arch.vocab * arch.hidden        # matmul params (lm_head included)
+    routed = p["experts"] * arch.experts_per_tok // arch.experts if arch.experts else 0
+    return p["linear"] + routed
+
+
+def flops_per_token(arch: Arch, lane_kind: str, checkpointing: bool, seq_len: int) -> float:
+    n = matmul_params(arch) + arch.vocab * arch.hidden    # matmul params (lm_head included)
     per = n * (4 + (2 if lane_kind == "full" else 0) + (2 if checkpointing else 0))
-    return per + 6 * arch.layers * seq_len * arch.heads * arch.head_dim
+    return per + 6 * arch.attn_layers * seq_len * arch.heads * arch.head_dim
 
 
 def bytes_per_step(arch: Arch, lane: LaneModel, checkpointing: bool) -> float:
@@ -178,8 +188,8 @@ class Passes:
     decode_bandwidth_gbs: float | None   # decoding is bandwidth-bound whatever the MFU said
 
     def _flops(self, rows: int, length: int, head: int | None, mult: int, attn: int) -> float:
-        a, p = self.arch, self.arch.params()
-        body = p["linear"] * mult + attn * a.layers * length * a.heads * a.head_dim
+        a = self.arch
+        body = matmul_params(a) * mult + attn * a.attn_layers * length * a.heads * a.head_dim
         return rows * (length * body + (length if head is None else head) * a.vocab * a.hidden
                        * mult)
 
@@ -211,10 +221,10 @@ class Passes:
         DECODE_S_PER_LAYER per layer (ASSUMED, DECODE_SOURCE)."""
         a = self.arch
         ctx = new * prompt + new * (new - 1) / 2          # Σ context over the steps
-        p = a.params()
-        flops = rows * (new * 2 * (p["linear"] + a.vocab * a.hidden)
-                        + 2 * a.layers * a.heads * a.head_dim * ctx)
-        kv = 2 * a.layers * rows * a.kv_heads * a.head_dim * DTYPE_BYTES[self.lane.precision]
+        flops = rows * (new * 2 * (matmul_params(a) + a.vocab * a.hidden)
+                        + 2 * a.attn_layers * a.heads * a.head_dim * ctx)
+        kv = 2 * a.attn_layers * rows * a.kv_heads * a.head_dim * \
+            DTYPE_BYTES[self.lane.precision]
         return self._seconds(flops, new * self.weight_bytes() + kv * ctx,
                              self.decode_bandwidth_gbs, new * a.layers * DECODE_S_PER_LAYER)
 

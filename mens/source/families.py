@@ -65,6 +65,35 @@ class Family:
     # Why packed rows cannot be trained at all ("" when they can): the planner turns packing
     # off for the family and pads each record alone, and says this.
     no_packing: str = ""
+    # Config.json keys of the mixture-of-experts and linear-attention RungConfig fields, as data:
+    # field → the keys tried in order (Mixtral and gpt-oss say num_local_experts, Qwen3-MoE
+    # num_experts; Mixtral's and gpt-oss's expert width is their intermediate_size). Their
+    # class defaults sit in `defaults` under the first key.
+    keys: Mapping = field(default_factory=dict)
+    o_bias: bool = False          # o_proj carries a bias too (gpt-oss: attention_bias on all four)
+    sinks: bool = False           # one learned attention-sink logit per head and layer (gpt-oss)
+    moe_biases: bool = False      # router and expert biases (gpt-oss: router.bias, *_proj_bias)
+    router: str = "gate"          # the router Linear's name (gpt-oss: router)
+    gated_q: bool = False         # q_proj also makes a per-head output gate: 2 × heads·d (Qwen3.5)
+    linear_attention: bool = False   # Gated DeltaNet layers by layer_types (Qwen3.5)
+
+
+# RungConfig's architecture fields beyond the dense ones: 0 = dense / full attention only
+MOE_FIELDS = ("num_experts", "num_experts_per_tok", "moe_intermediate_size",
+              "shared_expert_intermediate_size")
+LINEAR_FIELDS = ("linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim",
+                 "linear_value_head_dim", "linear_conv_kernel_dim")
+_MOE_KEYS = {"num_experts": ("num_experts", "num_local_experts"),   # (transformers' to_dict)
+             "num_experts_per_tok": ("num_experts_per_tok",),
+             "moe_intermediate_size": ("moe_intermediate_size",)}
+_LOCAL_EXPERTS = {"num_experts": ("num_local_experts", "num_experts"),
+                  "num_experts_per_tok": ("num_experts_per_tok",),
+                  "moe_intermediate_size": ("intermediate_size",)}
+_LINEAR_KEYS = {k: (k,) for k in LINEAR_FIELDS}
+# Qwen3.5's Gated DeltaNet class defaults (Qwen3_5TextConfig and Qwen3_5MoeTextConfig alike)
+_DELTANET_DEFAULTS = dict(linear_num_key_heads=16, linear_num_value_heads=32,
+                          linear_key_head_dim=128, linear_value_head_dim=128,
+                          linear_conv_kernel_dim=4)
 
 
 def _defaults(**kw):
@@ -115,42 +144,57 @@ FAMILIES: dict[str, Family] = {f.model_type: f for f in (
            defaults=_defaults(max_position_embeddings=2048, rms_norm_eps=1e-5)),
     # Mixtures of experts: transformers 5 fuses each layer's experts into two 3-D parameters
     # (experts.gate_up_proj, experts.down_proj), which LoRA reaches through PEFT's
-    # target_parameters (lane.lora.experts); the router (`gate`, gpt-oss's `router`) is a
-    # Linear and a default target beside attention.
+    # target_parameters (lane.lora.experts); the router `gate` of Qwen3-MoE and Mixtral is an
+    # nn.Linear and a default target beside attention (gpt-oss's and Qwen3.5-MoE's are not).
     Family("qwen3_moe", "Qwen3MoeConfig", "Qwen3MoeForCausalLM", "qwen3moe", qk_norm="head",
            chat="chatml", linear=(*_ATTN, "gate"), lora_targets=(*_ATTN, "gate"),
-           experts=_EXPERTS,
+           experts=_EXPERTS, keys=_MOE_KEYS,
            defaults=_defaults(max_position_embeddings=32768, head_dim=None,
-                              num_key_value_heads=4)),
+                              num_key_value_heads=4, num_experts=128, num_experts_per_tok=8,
+                              moe_intermediate_size=768)),
     # llama.cpp converts Mixtral with its llama architecture (experts as ffn_*_exps)
     Family("mixtral", "MixtralConfig", "MixtralForCausalLM", "llama", chat="mistral",
            permute_qk=True, window_every_layer=True, linear=(*_ATTN, "gate"),
-           lora_targets=(*_ATTN, "gate"), experts=_EXPERTS,
+           lora_targets=(*_ATTN, "gate"), experts=_EXPERTS, keys=_LOCAL_EXPERTS,
            no_per_record="Mixtral may attend through a sliding window",
            defaults=_defaults(max_position_embeddings=131072, num_key_value_heads=8,
-                              rope_theta=1_000_000.0, rms_norm_eps=1e-5)),
+                              rope_theta=1_000_000.0, rms_norm_eps=1e-5,
+                              num_local_experts=8, num_experts_per_tok=2)),
+    # gpt-oss: biases on q/k/v/o, a sink logit per head, router and expert biases. Its router
+    # (GptOssTopKRouter) is no nn.Linear, which PEFT cannot wrap: LoRA targets attention only
     Family("gpt_oss", "GptOssConfig", "GptOssForCausalLM", "gpt-oss", qkv_bias=True,
-           linear=(*_ATTN, "router"), lora_targets=(*_ATTN, "router"), experts=_EXPERTS,
+           o_bias=True, sinks=True, moe_biases=True, router="router", keys=_LOCAL_EXPERTS,
+           linear=_ATTN, lora_targets=_ATTN, experts=_EXPERTS,
            attn="eager", attn_reason="gpt-oss adds learned attention sinks, which transformers "
                                      "implements in eager attention only (it refuses sdpa)",
            no_per_record="gpt-oss attends through sliding windows on alternate layers",
            defaults=_defaults(max_position_embeddings=131072, head_dim=64,
-                              num_key_value_heads=8, rms_norm_eps=1e-5)),
+                              num_key_value_heads=8, rms_norm_eps=1e-5, rope_theta=150_000.0,
+                              num_local_experts=128, num_experts_per_tok=4,
+                              attention_bias=True)),
     # Phi-3 and Phi-4: fused q/k/v (qkv_proj) and gate/up (gate_up_proj) projections
     Family("phi3", "Phi3Config", "Phi3ForCausalLM", "phi3", linear=_PHI3, lora_targets=_PHI3,
            chat="phi3",
            defaults=_defaults(max_position_embeddings=4096, rms_norm_eps=1e-5)),
     # Qwen3.5 (published as a multimodal wrapper, model_type qwen3_5[_moe]): Gated DeltaNet
     # linear-attention layers beside gated full attention; its MoE adds a shared expert
+    # (gate/up/down_proj: LoRA targets) and its router is no nn.Linear (PEFT cannot wrap it)
     Family("qwen3_5_text", "Qwen3_5TextConfig", "Qwen3_5ForCausalLM", "qwen35",
            qk_norm="head", chat="chatml", linear=(*LORA_TARGETS, *_DELTANET),
            lora_targets=(*LORA_TARGETS, *_DELTANET), no_packing=_QWEN35_PACKING,
-           defaults=_defaults(max_position_embeddings=32768, head_dim=256)),
+           gated_q=True, linear_attention=True, keys=_LINEAR_KEYS,
+           defaults=_defaults(max_position_embeddings=32768, head_dim=256,
+                              num_key_value_heads=4, **_DELTANET_DEFAULTS)),
     Family("qwen3_5_moe_text", "Qwen3_5MoeTextConfig", "Qwen3_5MoeForCausalLM", "qwen35moe",
-           qk_norm="head", chat="chatml", linear=(*LORA_TARGETS, *_DELTANET, "gate"),
-           lora_targets=(*LORA_TARGETS, *_DELTANET, "gate"), experts=_EXPERTS,
-           no_packing=_QWEN35_PACKING,
-           defaults=_defaults(max_position_embeddings=32768, head_dim=256)),
+           qk_norm="head", chat="chatml", linear=(*LORA_TARGETS, *_DELTANET),
+           lora_targets=(*LORA_TARGETS, *_DELTANET), experts=_EXPERTS,
+           no_packing=_QWEN35_PACKING, gated_q=True, linear_attention=True,
+           keys={**_MOE_KEYS, "shared_expert_intermediate_size":
+                 ("shared_expert_intermediate_size",), **_LINEAR_KEYS},
+           defaults=_defaults(max_position_embeddings=32768, head_dim=256,
+                              num_key_value_heads=2, num_experts=256, num_experts_per_tok=8,
+                              moe_intermediate_size=512, shared_expert_intermediate_size=512,
+                              **_DELTANET_DEFAULTS)),
 )}
 # The family of a rung or record written before rungs named one (Qwen3, the only family then).
 DEFAULT_FAMILY = "qwen3"
@@ -228,8 +272,24 @@ def rung_fields(config: Mapping, source: str, notes: list[str] | None = None) ->
                           f"config.json (supported: {SUPPORTED}).", key="rung")
     fam = family(mt, source)
     d = fam.defaults
+
+    def get(key):
+        v = config.get(key)
+        return d.get(key) if v is None else v
+
+    def keyed(name):   # a MoE / linear-attention field by the row's config.json keys
+        for k in fam.keys.get(name, ()):
+            if config.get(k) is not None:
+                return config[k]
+        first = fam.keys.get(name, (None,))[0]
+        return d.get(first, 0) if first else 0
+
+    experts = int(keyed("num_experts")) if fam.experts else 0
     for key in REQUIRED:
-        if config.get(key) is None and d.get(key) is None:
+        # a MoE model without a dense MLP (Qwen3.5-MoE) names only its experts' width
+        if key == "intermediate_size" and experts and get(key) is None:
+            continue
+        if get(key) is None:
             raise ConfigError(f"{source} has no {key!r}: a {mt} config.json needs it to "
                               f"size the model; check the file (or its text_config).", key="rung")
     # Llama, Qwen3, Gemma and OLMo 2 can switch on biases; Arch counts none for them
@@ -238,19 +298,23 @@ def rung_fields(config: Mapping, source: str, notes: list[str] | None = None) ->
             raise ConfigError(f"{source} sets {key}: true; mens supports {mt} models without "
                               f"that bias only (its plan would miss those parameters).",
                               key="rung")
-
-    def get(key):
-        v = config.get(key)
-        return d.get(key) if v is None else v
+    if "attention_bias" in d and not get("attention_bias"):   # gpt-oss's switch, default on
+        raise ConfigError(f"{source} sets attention_bias: false; mens supports {mt} models "
+                          f"with their q/k/v/o biases only (the plan counts them).", key="rung")
+    _check_sparse_layers(config, source, mt)
 
     heads, hidden = int(get("num_attention_heads")), int(get("hidden_size"))
     head_dim = get("head_dim")
     kv = get("num_key_value_heads")
+    layers = int(get("num_hidden_layers"))
+    moe = {f: int(keyed(f)) if experts else 0 for f in MOE_FIELDS}
+    moe["num_experts"] = experts
+    inter = get("intermediate_size")
     return {
         "family": fam.model_type,
         "hidden_size": hidden,
-        "intermediate_size": int(get("intermediate_size")),
-        "num_hidden_layers": int(get("num_hidden_layers")),
+        "intermediate_size": int(moe["moe_intermediate_size"] if inter is None else inter),
+        "num_hidden_layers": layers,
         "num_attention_heads": heads,
         "num_key_value_heads": int(heads if kv is None else kv),
         "head_dim": int(hidden // heads if head_dim is None else head_dim),
@@ -259,7 +323,51 @@ def rung_fields(config: Mapping, source: str, notes: list[str] | None = None) ->
         "max_position_embeddings": int(get("max_position_embeddings")),
         "rope_theta": _rope_theta(config, d["rope_theta"]),
         "rms_norm_eps": float(get("rms_norm_eps")),
+        **moe,
+        "linear_attention_layers": _linear_layers(config, layers, source)
+        if fam.linear_attention else 0,
+        **{f: int(keyed(f)) if fam.linear_attention else 0 for f in LINEAR_FIELDS},
     }
+
+
+def _check_sparse_layers(config: Mapping, source: str, mt: str) -> None:
+    """Qwen3-MoE can keep some layers dense (mlp_only_layers, decoder_sparse_step); every
+    published Qwen3-MoE model has experts in every layer, which is what the plan counts."""
+    step, dense = config.get("decoder_sparse_step"), config.get("mlp_only_layers")
+    if step not in (None, 1) or dense:
+        raise ConfigError(f"{source} sets decoder_sparse_step={step} / mlp_only_layers="
+                          f"{dense}: mens plans {mt} models with experts in every layer only "
+                          f"(decoder_sparse_step 1, mlp_only_layers []).", key="rung")
+
+
+def _linear_layers(config: Mapping, layers: int, source: str) -> int:
+    """How many layers are linear attention: layer_types as written, else transformers' own
+    derivation from full_attention_interval (every n-th layer full attention; n = 4)."""
+    types = config.get("layer_types")
+    if types is None:
+        n = int(config.get("full_attention_interval") or 4)
+        return sum(1 for i in range(layers) if (i + 1) % n)
+    if len(types) != layers or set(types) - {"linear_attention", "full_attention"}:
+        raise ConfigError(f"{source}: layer_types must name linear_attention or "
+                          f"full_attention for each of its {layers} layers.", key="rung")
+    return types.count("linear_attention")
+
+
+def config_kwargs(rung: Mapping) -> dict:
+    """The config.json keys of a rung's MoE and linear-attention fields (the inverse of
+    rung_fields for them), for building a random model from rung fields alone: each field under
+    its row's first key; Qwen3.5's layer_types with its full-attention layers where transformers'
+    interval of 4 puts them when the count agrees, else last."""
+    fam = family(rung.get("family") or DEFAULT_FAMILY)
+    out = {fam.keys[f][0]: rung[f] for f in (*MOE_FIELDS, *LINEAR_FIELDS)
+           if f in fam.keys and rung.get(f)}
+    if fam.linear_attention and rung.get("num_hidden_layers"):
+        layers, linear = rung["num_hidden_layers"], rung.get("linear_attention_layers", 0)
+        types = ["linear_attention" if (i + 1) % 4 else "full_attention" for i in range(layers)]
+        if types.count("linear_attention") != linear:
+            types = ["linear_attention"] * linear + ["full_attention"] * (layers - linear)
+        out["layer_types"] = types
+    return out
 
 
 def read_config(path, notes: list[str] | None = None) -> dict:

@@ -11,13 +11,14 @@ from __future__ import annotations
 from pathlib import Path
 
 from mens.errors import ConfigError
-from mens.source.families import read_config
+from mens.source.families import LINEAR_FIELDS, MOE_FIELDS, read_config
 from mens.source.hub import offline, offline_by   # the one rule (huggingface_hub's)
 from mens.resources import ASSETS
 
 ARCH_FIELDS = ("family", "hidden_size", "intermediate_size", "num_hidden_layers",
                "num_attention_heads", "num_key_value_heads", "head_dim", "vocab_size",
-               "tie_word_embeddings", "max_position_embeddings", "rope_theta", "rms_norm_eps")
+               "tie_word_embeddings", "max_position_embeddings", "rope_theta", "rms_norm_eps",
+               *MOE_FIELDS, "linear_attention_layers", *LINEAR_FIELDS)
 
 
 def meta_dir(rung, allow_fetch: bool = True) -> Path | None:

@@ -19,7 +19,8 @@ def options(group: str) -> list[str]:
 def test_groups_have_the_options_the_issue_names():
     assert set(options("hw")) >= {"auto", "cpu", "m_series", "rtx4080s", "rtx4090", "rtx3090",
                                   "a6000", "l40s", "a100_40g", "a100_80g", "h100", "h200"}
-    assert options("rung") == sorted(["tiny", "0.6b", "1.7b", "4b", "8b", "14b", "32b", "hf"])
+    assert options("rung") == sorted(["tiny", "0.6b", "1.7b", "4b", "8b", "14b", "32b", "hf",
+                                      "qwen3-30b-a3b", "gpt-oss-20b"])
     assert options("data") == ["file", "hf", "spoke"]
     assert options("spoke") == sorted(["vox_lang", "rust_workspace", "structured_shell",
                                        "mcp_tool_chain", "agent_harness", "speech_to_code",

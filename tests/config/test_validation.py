@@ -48,6 +48,11 @@ BAD = [
     (["rung.max_position_embeddings=0"], "rung.max_position_embeddings"),
     (["rung.rope_theta=0"], "rung.rope_theta"),
     (["rung.rms_norm_eps=-1e-6"], "rung.rms_norm_eps"),
+    *((([f"rung.{k}=-1"], f"rung.{k}")) for k in (
+        "num_experts", "num_experts_per_tok", "moe_intermediate_size",
+        "shared_expert_intermediate_size", "linear_attention_layers", "linear_num_key_heads",
+        "linear_num_value_heads", "linear_key_head_dim", "linear_value_head_dim",
+        "linear_conv_kernel_dim")),
     (["rung.lora_lr=0"], "rung.lora_lr"),
     (["rung.full_lr=-1e-5"], "rung.full_lr"),
     (["rung.global_batch=0"], "rung.global_batch"),

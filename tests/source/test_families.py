@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from mens.errors import ConfigError
-from mens.source.families import FAMILIES, read_config, rung_fields
+from mens.source.families import (FAMILIES, LINEAR_FIELDS, MOE_FIELDS, config_kwargs,
+                                   read_config, rung_fields)
 from mens.plan.memory import Arch
 
 CONFIGS = Path(__file__).resolve().parent.parent / "plan" / "fixtures" / "configs"
@@ -21,10 +22,18 @@ CONFIGS = Path(__file__).resolve().parent.parent / "plan" / "fixtures" / "config
 PARAMS = {"Llama-3.1-8B": 8_030_261_248, "Qwen3-0.6B": 596_049_920,
           "Qwen2.5-1.5B-Instruct": 1_543_714_304, "Mistral-7B-v0.3": 7_248_023_552,
           "gemma-2-2b": 2_614_341_888, "gemma-3-1b-it": 999_885_952,
-          "gemma-3-4b-it": 3_880_263_168}
+          "gemma-3-4b-it": 3_880_263_168,
+          # mixtures of experts, Phi-4 and Qwen3.5 (tests/plan/test_moe_plan.py pins their
+          # active counts against the published figures)
+          "Qwen3-30B-A3B": 30_532_122_624, "gpt-oss-20b": 20_914_757_184,
+          "Mixtral-8x7B-v0.1": 46_702_792_704, "phi-4": 14_659_507_200,
+          "Qwen3.5-27B": 26_895_998_464, "Qwen3.5-35B-A3B": 34_660_610_688}
 FAMILY = {"Llama-3.1-8B": "llama", "Qwen3-0.6B": "qwen3", "Qwen2.5-1.5B-Instruct": "qwen2",
           "Mistral-7B-v0.3": "mistral", "gemma-2-2b": "gemma2", "gemma-3-1b-it": "gemma3_text",
-          "gemma-3-4b-it": "gemma3_text"}
+          "gemma-3-4b-it": "gemma3_text", "Qwen3-30B-A3B": "qwen3_moe", "gpt-oss-20b": "gpt_oss",
+          "Mixtral-8x7B-v0.1": "mixtral", "phi-4": "phi3", "Qwen3.5-27B": "qwen3_5_text",
+          "Qwen3.5-35B-A3B": "qwen3_5_moe_text"}
+DENSE_ZEROS = (*MOE_FIELDS, "linear_attention_layers", *LINEAR_FIELDS)
 TINY = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
         "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "vocab_size": 128}
 
@@ -55,10 +64,15 @@ def test_planner_count_equals_meta_build(name, tmp_path):
     assert fields["family"] == arch.family == FAMILY[name]
     counted, model = meta_count(tmp_path)
     assert arch.params()["total"] == counted == PARAMS[name]
-    # LoRA on every linear layer: the planner's count equals PEFT's shapes
-    by_hand = sum(16 * (m.in_features + m.out_features) for n, m in model.named_modules()
-                  if n.rsplit(".", 1)[-1] in FAMILIES[fields["family"]].lora_targets)
-    assert arch.lora_params(16, FAMILIES[fields["family"]].lora_targets) == by_hand
+    # LoRA on the family's default targets: r·(in + out) of each such module's weight (a MoE
+    # router is a module of its own holding an [E, h] weight), the fused experts r·E·(in + out)
+    fam = FAMILIES[fields["family"]]
+    by_hand = sum(16 * sum(m.weight.shape) for n, m in model.named_modules()
+                  if n.rsplit(".", 1)[-1] in fam.lora_targets)
+    assert arch.lora_params(16, fam.lora_targets) == by_hand
+    experts = sum(16 * p.shape[0] * (p.shape[1] + p.shape[2]) for n, p in model.named_parameters()
+                  if any(n.endswith(e) for e in fam.experts))
+    assert arch.lora_params(16, fam.lora_targets, experts=True) == by_hand + experts
 
 
 def test_llama_31_8b_fields():
@@ -67,7 +81,7 @@ def test_llama_31_8b_fields():
                  "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
                  "head_dim": 128, "vocab_size": 128256, "tie_word_embeddings": False,
                  "max_position_embeddings": 131072, "rope_theta": 500000.0,
-                 "rms_norm_eps": 1e-5}
+                 "rms_norm_eps": 1e-5, **{k: 0 for k in DENSE_ZEROS}}
     assert Arch.of(f).params()["total"] == 8_030_261_248
 
 
@@ -77,8 +91,10 @@ def test_defaults_are_transformers_defaults(family, tmp_path):
     (head_dim, kv heads, tying, context, rope_theta, eps) is what transformers fills in."""
     from transformers import AutoConfig
 
+    # (no special token ids: Phi-3's class default pad id 32000 lies outside a 128 vocabulary)
     minimal = {"model_type": family, "hidden_size": 64, "intermediate_size": 128,
-               "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 128}
+               "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 128,
+               "pad_token_id": None, "bos_token_id": None, "eos_token_id": None}
     d = model_dir(tmp_path, minimal)
     f = rung_fields(minimal, "config.json")
     counted, _ = meta_count(d)
@@ -99,7 +115,9 @@ def test_tiny_random_model_per_family(family):
 
     from mens.model.load import load_base
 
-    rung = {"name": f"tiny-{family}", "init": "random", "family": family, **TINY,
+    # the family's own fields too (experts, linear attention: its class defaults at this size)
+    fields = rung_fields({"model_type": family, **TINY}, "c.json")
+    rung = {"name": f"tiny-{family}", "init": "random", **fields,
             "tie_word_embeddings": False, "max_position_embeddings": 256}
     notes: list[str] = []
     model = load_base(rung, kind="full", notes=notes)
@@ -157,13 +175,14 @@ def test_multimodal_gemma3_takes_text_config():
 
 def test_unknown_model_type_names_the_file_and_families():
     with pytest.raises(ConfigError) as e:
-        rung_fields({"model_type": "phi3", **TINY}, "/models/phi/config.json")
+        rung_fields({"model_type": "falcon", **TINY}, "/models/falcon/config.json")
     msg = e.value.message
-    assert "/models/phi/config.json" in msg and "'phi3'" in msg
-    for fam in ("qwen2", "qwen3", "llama", "mistral", "gemma2", "gemma3_text", "gemma3", "olmo2"):
+    assert "/models/falcon/config.json" in msg and "'falcon'" in msg
+    for fam in ("qwen2", "qwen3", "llama", "mistral", "gemma2", "gemma3_text", "gemma3", "olmo2",
+                "qwen3_moe", "mixtral", "gpt_oss", "phi3", "qwen3_5"):
         assert fam in msg
     with pytest.raises(ConfigError):
-        Arch(64, 128, 2, 4, 2, 16, 128, False, "phi3").params()
+        Arch(64, 128, 2, 4, 2, 16, 128, False, "falcon").params()
 
 
 def test_missing_key_names_the_file_and_key():
@@ -214,12 +233,13 @@ def test_every_row_names_a_llama_cpp_arch_a_chat_format_and_linear_targets():
 
     from mens.export.modelfile import FORMATS
 
-    linear = Arch(**{k: 1 for k in ("hidden", "intermediate", "layers", "heads", "kv_heads",
-                                    "head_dim", "vocab")}, tied=False).linear_shapes()
     for f in FAMILIES.values():
+        fields = rung_fields({"model_type": f.model_type, **TINY}, "c.json")
+        linear = Arch.of(fields).linear_shapes()
         assert f.gguf_arch in gguf.MODEL_ARCH_NAMES.values(), f
         assert f.chat is None or f.chat in FORMATS, f
-        assert set(f.lora_targets) <= set(linear) and f.qk_norm in ("", "head", "proj"), f
+        assert set(f.lora_targets) <= set(f.linear) <= set(linear), f
+        assert f.qk_norm in ("", "head", "proj"), f
 
 
 def test_olmo2_qk_norms_span_the_whole_projections():
@@ -227,3 +247,48 @@ def test_olmo2_qk_norms_span_the_whole_projections():
     olmo, qwen = (Arch(64, 128, 2, 4, 2, 16, 128, False, f).params() for f in ("olmo2", "qwen3"))
     assert olmo["norms"] == 2 * (2 * 64 + 4 * 16 + 2 * 16) + 64
     assert qwen["norms"] == 2 * (2 * 64 + 2 * 16) + 64
+
+
+def test_moe_keys_the_count_cannot_express_are_refused():
+    """gpt-oss without its attention biases and Qwen3-MoE with dense layers between its sparse
+    ones would plan parameters the model does not have (or miss some): refused, naming them."""
+    moe = {**TINY, "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 32}
+    with pytest.raises(ConfigError, match="attention_bias: false"):
+        rung_fields({"model_type": "gpt_oss", **moe, "attention_bias": False}, "c.json")
+    for bad in ({"mlp_only_layers": [0]}, {"decoder_sparse_step": 2}):
+        with pytest.raises(ConfigError, match="experts in every layer"):
+            rung_fields({"model_type": "qwen3_moe", **moe, **bad}, "c.json")
+    f = rung_fields({"model_type": "mixtral", **TINY, "num_local_experts": 4}, "c.json")
+    assert (f["num_experts"], f["num_experts_per_tok"], f["moe_intermediate_size"]) == (4, 2, 128)
+
+
+def test_linear_attention_layers_by_layer_types_or_interval():
+    base = {"model_type": "qwen3_5_text", **TINY, "num_hidden_layers": 8}
+    assert rung_fields(base, "c.json")["linear_attention_layers"] == 6     # interval 4: 3 of 4
+    assert rung_fields({**base, "full_attention_interval": 2}, "c.json")[
+        "linear_attention_layers"] == 4
+    types = ["linear_attention"] * 7 + ["full_attention"]
+    assert rung_fields({**base, "layer_types": types}, "c.json")["linear_attention_layers"] == 7
+    with pytest.raises(ConfigError, match="layer_types"):
+        rung_fields({**base, "layer_types": types[:3]}, "c.json")
+
+
+@pytest.mark.parametrize("family", ["qwen3_moe", "mixtral", "gpt_oss", "qwen3_5_text",
+                                    "qwen3_5_moe_text"])
+def test_config_kwargs_rebuild_the_rung(family, tmp_path):
+    """A rung's experts and linear-attention fields, written back as config.json keys
+    (families.config_kwargs, for a random model from rung fields), build the model the rung
+    counts: rung_fields of that config.json is the rung again."""
+    small = {"num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 32,
+             "shared_expert_intermediate_size": 16, "linear_attention_layers": 3,
+             "linear_num_key_heads": 2, "linear_num_value_heads": 4, "linear_key_head_dim": 8,
+             "linear_value_head_dim": 8, "linear_conv_kernel_dim": 4}
+    fields = rung_fields({"model_type": family, **TINY, "num_hidden_layers": 4}, "c.json")
+    rung = {**fields, **{k: v for k, v in small.items() if fields[k]}}
+    config = {"model_type": family, **TINY, "num_hidden_layers": 4, **config_kwargs(rung)}
+    if family in ("mixtral", "gpt_oss"):   # their experts' width is intermediate_size
+        rung["intermediate_size"] = rung["moe_intermediate_size"]
+        config["intermediate_size"] = rung["moe_intermediate_size"]
+    assert rung_fields(config, "c.json") == rung
+    counted, _ = meta_count(model_dir(tmp_path, config))
+    assert Arch.of(rung).params()["total"] == counted
