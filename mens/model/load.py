@@ -260,8 +260,9 @@ def lora_plan(model, lora, notes: list[str] | None = None) -> tuple[tuple, tuple
         params = tuple(fam.experts)
         _say(notes, f"lora: {fam.model_type}'s experts adapted too ({list(params)}: a lora_A/"
                     f"lora_B pair per expert, PEFT target_parameters)")
-    # a router that is a module holding bare weights (Qwen3-MoE's TopKRouter, gpt-oss's with a
-    # bias) is not a Linear PEFT can wrap by module: its weight is targeted as a parameter
+    # a router is a module holding bare weights, not a Linear: PEFT refuses gpt-oss's (weight
+    # and bias) as a module, so every router's weight is targeted as a parameter (the same
+    # ParamWrapper PEFT puts on Qwen3-MoE's by module)
     bare = sorted({n.rsplit(".", 1)[-1] for n, m in model.named_modules()
                    if n.rsplit(".", 1)[-1] in modules
                    and not isinstance(m, (torch.nn.Linear, torch.nn.Embedding))})
