@@ -121,12 +121,14 @@ def packing_refusal(model) -> str:
 class MensData(L.LightningDataModule):
     def __init__(self, spec, examples: dict, records: list, pairs: bool, mask_dtype,
                  eval_sets: dict | None = None, block_mask: bool = True, prompts: bool = False,
-                 packing: bool | None = None, token_mask: bool = False):
+                 packing: bool | None = None, token_mask: bool = False, windows=None):
         """block_mask: packed rows carry the 4-D block mask (False: the model attends per
         record itself, mens.train.attention, and no b·s² mask is built). packing: None —
         train.packing; False — records padded alone (mens.train.run: a family whose packed rows
         leak across records). token_mask: packed batches carry `token_mask` (B, S), 1 on the
-        records' tokens (a mixture of experts' load-balancing loss skips the padding)."""
+        records' tokens (a mixture of experts' load-balancing loss skips the padding).
+        windows: the model's sliding window for the block mask (mens.train.attention.
+        window_masks), None when it has none shorter than a row."""
         super().__init__()
         self.block_mask = block_mask
         self.spec, self.examples, self.records, self.pairs = spec, examples, records, pairs
@@ -135,7 +137,7 @@ class MensData(L.LightningDataModule):
         self.mask_dtype, self.position = mask_dtype, Position()
         from mens.train.strategy import world_size
         self.world = world_size(spec)        # processes; micro_batch is per process
-        self.token_mask = token_mask
+        self.token_mask, self.windows = token_mask, windows
         self.epochs = [epoch_items(examples, records, spec, e, pairs, prompts, packing)
                        for e in range(spec.curriculum.epochs)]
 
@@ -198,6 +200,9 @@ class MensData(L.LightningDataModule):
                 batch["record_ids"] = [x.record_id for x in items]
         else:
             batch = collate(items, self.mask_dtype, mask=self.block_mask)
+            if self.block_mask and self.windows:
+                from mens.train.attention import windowed
+                batch["attention_mask"] = windowed(batch["attention_mask"], self.windows)
             real = sum(r.real_tokens for r in items)
             if self.token_mask:
                 batch["token_mask"] = torch.tensor([[s != 0 for s in r.segment_ids]

@@ -135,7 +135,7 @@ class MensModule(L.LightningModule):
         the optimizer step's micro-batches (this rank's)."""
         mask = token_mask
         am = batch.get("attention_mask")
-        if mask is None and am is not None and am.dim() == 2:   # padded rows: their 2-D mask
+        if mask is None and isinstance(am, torch.Tensor) and am.dim() == 2:   # padded rows
             mask = am
         aux = self.router.loss(mask)
         if aux is None:

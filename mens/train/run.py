@@ -48,6 +48,7 @@ def train_run(spec, plan, out_dir: Path, resume: bool = False,
     from mens.train.evaluate import pair_references
     from mens.train.module import MensModule, reference_scorer
     from mens.train.router import RouterAux
+    from mens.train.attention import window_masks
     from mens.train import allocator
     from mens.train.strategy import RUN_DIR_ENV, release, world
     from mens.train.trainer import build_trainer, quiet_libraries
@@ -141,7 +142,8 @@ def train_run(spec, plan, out_dir: Path, resume: bool = False,
     data = MensData(spec, examples, records, pairs, mask_dtype_for(model.config),
                     eval_sets=loop_sets(sets) if spec.train.eval_every else None,
                     block_mask=not packed, prompts=prompts, packing=packing,
-                    token_mask=router is not None)
+                    token_mask=router is not None,
+                    windows=window_masks(model.config, spec.train.seq_len) if packing else None)
     if prompts:
         from mens.data.examples import run_encoder
         objective.bind(model, tokenizer, records, run_encoder(tokenizer, spec))

@@ -262,10 +262,12 @@ def test_the_router_loss_gradient_survives_gradient_checkpointing(tiny):
         torch.testing.assert_close(grads[1][n], grads[0][n], rtol=1e-5, atol=1e-7)
 
 
-def rows_of(model, a, b):
+def rows_of(model, a, b, window=True):
     """Token-summed NLL of records a and b: run apart, and packed in one row as mens packs them
-    (positions restart at each record, the 4-D block-causal mask)."""
-    from mens.data.pack import block_causal_mask
+    (positions restart at each record, the 4-D block-causal mask, windowed where the model
+    slides: mens.train.attention.window_masks)."""
+    from mens.data.pack import block_causal_mask, mask_dtype_for
+    from mens.train.attention import window_masks, windowed
 
     def nll(ids, **kw):
         logp = torch.log_softmax(model(input_ids=ids, **kw).logits[:, :-1].float(), -1)
@@ -276,7 +278,10 @@ def rows_of(model, a, b):
         ids = torch.cat([a, b], 1)
         pos = torch.cat([torch.arange(a.shape[1]), torch.arange(b.shape[1])])[None]
         seg = torch.tensor([[1] * a.shape[1] + [2] * b.shape[1]])
-        t = nll(ids, position_ids=pos, attention_mask=block_causal_mask(seg))[0]
+        mask = block_causal_mask(seg, mask_dtype_for(model))
+        how = window_masks(model.config, ids.shape[1])
+        t = nll(ids, position_ids=pos, attention_mask=windowed(mask, how) if how and window
+                else mask)[0]
         packed = torch.stack([t[:a.shape[1] - 1].sum(), t[a.shape[1]:].sum()])  # b's own pairs
     return apart, packed
 
@@ -325,6 +330,24 @@ def test_per_record_attention_is_exact_for_mixtral_and_refused_for_gpt_oss(tiny)
                                atol=1e-4)
     ok, why = use_packed_attention(load(tiny("gpt_oss")), 128)
     assert not ok and "sinks" in why
+
+
+@pytest.mark.parametrize("family", ["gpt_oss", "gemma2", "gemma3_text", "mixtral"])
+def test_packed_rows_keep_the_sliding_window(family, tiny):
+    """transformers passes a ready 4-D mask to sliding layers unchanged: the block mask alone
+    lets them see a whole record (the control: packed ≠ apart). Windowed as the trainer
+    windows it — a mask per layer type (gpt-oss, Gemma) or the one mask (Mixtral with a
+    window, every layer) — packed rows equal the records run alone. Windows of 8 tokens,
+    records of 20 and 28."""
+    model = load(tiny(family)).eval()
+    if family == "mixtral":   # the tiny one has no window (as Mixtral-8x7B): give it one
+        model.config.sliding_window = 8
+    g = torch.Generator().manual_seed(4)
+    a, b = torch.randint(0, 4000, (1, 20), generator=g), torch.randint(0, 4000, (1, 28), generator=g)
+    apart, packed = rows_of(model, a, b)
+    torch.testing.assert_close(packed, apart, rtol=1e-5, atol=1e-3)
+    _, unwindowed = rows_of(model, a, b, window=False)
+    assert (unwindowed - apart).abs().max() > 0.1
 
 
 def test_an_adapter_on_the_experts_saves_and_reloads_as_init_adapter(tiny, tmp_path):
