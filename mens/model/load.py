@@ -13,6 +13,7 @@ from pathlib import Path
 from mens.config.schema import LORA_TARGETS  # noqa: F401  (the one list; re-exported)
 from mens.errors import ConfigError
 from mens.resources import ASSETS
+from mens.source.families import lora_targets
 
 DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
 # the rung fields that make a Qwen3Config (optional ones fall back to Qwen3's published values)
@@ -202,8 +203,11 @@ def _device(backend: str) -> str:
     return {"cuda": "cuda:0", "mps": "mps", "cpu": "cpu"}[backend]
 
 
-def apply_lane(model, lane, init_adapter: str | None = None):
-    """LoRA/QLoRA (any objective): a PEFT adapter (fp32) on a frozen base; full: every weight trains."""
+def apply_lane(model, lane, init_adapter: str | None = None, notes: list[str] | None = None):
+    """LoRA/QLoRA (any objective): a PEFT adapter (fp32) on a frozen base; full: every weight trains.
+    The adapter's targets are the family's (mens.source.families.lora_targets: Phi-3's fused
+    qkv_proj, a mixture of experts' router); `notes` (or stdout) says when they are not the
+    lane's list."""
     import torch
 
     if lane.gradient_checkpointing:
@@ -221,13 +225,62 @@ def apply_lane(model, lane, init_adapter: str | None = None):
         model = PeftModel.from_pretrained(model, init_adapter, is_trainable=True)
     else:
         lora = lane.lora
+        modules, params = lora_plan(model, lora, notes)
         model = get_peft_model(model, LoraConfig(
             r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout,
-            target_modules=list(lora.targets), task_type="CAUSAL_LM"))
+            target_modules=list(modules), target_parameters=list(params) or None,
+            task_type="CAUSAL_LM"))
     for p in model.parameters():   # adapters train in fp32 whatever the base dtype
         if p.requires_grad and p.dtype != torch.float32:
             p.data = p.data.float()
     return model
+
+
+def lora_plan(model, lora, notes: list[str] | None = None) -> tuple[tuple, tuple]:
+    """(target_modules, target_parameters) of a lane's LoRA on this model's family.
+
+    A mixture of experts keeps each layer's experts in two fused 3-D parameters, which PEFT
+    reaches only as parameters (its ParamWrapper: one lora_A/lora_B pair per expert, stacked);
+    lane.lora.experts=true adds them. Its router (Qwen3-MoE/Mixtral `gate`, gpt-oss `router`)
+    is a module holding a bare weight, which PEFT wraps the same way. PEFT cannot apply dropout
+    inside such a wrapper (it raises), so dropout with one of them targeted is a ConfigError."""
+    import torch
+
+    fam = _family_of(model.config.get_text_config().model_type)
+    modules = lora_targets(fam, lora.targets)
+    if tuple(modules) != tuple(lora.targets):
+        _say(notes, f"lora: {fam.model_type} gets LoRA targets {list(modules)} (its default "
+                    f"for the lane's {list(lora.targets)})")
+    params: tuple = ()
+    if getattr(lora, "experts", False):
+        if not fam.experts:
+            raise ConfigError(f"lane.lora.experts=true: {fam.model_type} is a dense model, it has "
+                              f"no experts to adapt. Set lane.lora.experts=false (or pick a "
+                              f"mixture-of-experts model).", key="lane.lora.experts")
+        params = tuple(fam.experts)
+        _say(notes, f"lora: {fam.model_type}'s experts adapted too ({list(params)}: a lora_A/"
+                    f"lora_B pair per expert, PEFT target_parameters)")
+    # a router is a module holding bare weights, not a Linear: PEFT refuses gpt-oss's (weight
+    # and bias) as a module, so every router's weight is targeted as a parameter (the same
+    # ParamWrapper PEFT puts on Qwen3-MoE's by module)
+    bare = sorted({n.rsplit(".", 1)[-1] for n, m in model.named_modules()
+                   if n.rsplit(".", 1)[-1] in modules
+                   and not isinstance(m, (torch.nn.Linear, torch.nn.Embedding))})
+    if lora.dropout and (params or bare):
+        raise ConfigError(f"lane.lora.dropout={lora.dropout}: PEFT applies no dropout to LoRA on "
+                          f"a bare weight, which {fam.model_type}'s {bare + list(params)} are "
+                          f"(router / fused experts). Set lane.lora.dropout=0, or leave those "
+                          f"out of lane.lora.targets and lane.lora.experts.",
+                          key="lane.lora.dropout")
+    return (tuple(t for t in modules if t not in bare),
+            (*(f"{t}.weight" for t in bare), *params))
+
+
+def _say(notes: list[str] | None, note: str) -> None:
+    if notes is not None:
+        notes.append(note)
+    else:
+        print(f"mens: {note}")
 
 
 def load_model(spec, notes: list[str] | None = None, before_base=None, attn: str = "sdpa",
@@ -239,7 +292,7 @@ def load_model(spec, notes: list[str] | None = None, before_base=None, attn: str
         before_base()
     base = load_base(spec.rung, spec.lane.method, spec.lane.precision, spec.hw.backend,
                      spec.train.seed, spec.lane.quantization, attn, notes)
-    return apply_lane(base, spec.lane, spec.train.init_adapter), tokenizer
+    return apply_lane(base, spec.lane, spec.train.init_adapter, notes), tokenizer
 
 
 def trainable_count(model) -> tuple[int, int]:

@@ -116,6 +116,9 @@ class TrainStep(Row, total=False):
     gpu_util_pct: float | None
     gpu_vram_used_mb: float | None
     rss_mb: float                            # CPU only
+    # a mixture of experts: the router's load-balancing loss, unscaled, the step's micro-batch
+    # mean (mens.train.router; `loss` stays the causal-LM loss even where coef·aux is added)
+    router_aux_loss: float
 
 
 class Eval(Row, total=False):

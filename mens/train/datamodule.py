@@ -90,26 +90,45 @@ class ResumableLoader(torch.utils.data.DataLoader):
 
 
 def epoch_items(examples: dict, records: list, spec, epoch: int, pairs: bool,
-                prompts: bool = False):
-    """The rows (packed SFT), examples (unpacked SFT) or pair examples of one epoch."""
+                prompts: bool = False, packing: bool | None = None):
+    """The rows (packed SFT), examples (unpacked SFT) or pair examples of one epoch. packing:
+    None — train.packing; False — every record padded alone (a family that cannot pack)."""
     from mens.data.curriculum import epoch_records, shuffle_within_phase
 
     cur = spec.curriculum
     recs = shuffle_within_phase(epoch_records(records, list(cur.caps), list(cur.phases), epoch),
                                 spec.train.seed, epoch)
     items = [examples[r["id"]] for r in recs]
-    if pairs or prompts or not spec.train.packing:   # prompts: one record each (grpo samples)
+    packing = spec.train.packing if packing is None else packing
+    if pairs or prompts or not packing:   # prompts: one record each (grpo samples)
         return items
     # FFD emits a phase's rows longest-first: shuffle rows within each phase by (seed, epoch)
     rows = pack(items, spec.train.seq_len, window=cur.pack_window)
     return shuffle_within_phase(rows, spec.train.seed, epoch, key=lambda row: row.phase)
 
 
+def packing_refusal(model) -> str:
+    """Why this model's packed rows cannot train ("" when they can): its family row's
+    no_packing (Qwen3.5: the linear-attention layers' state crosses record boundaries;
+    tests/train/test_families_train.py measures the leak)."""
+    from mens.source.families import FAMILIES, WRAPPERS
+
+    mt = model.config.get_text_config().model_type
+    fam = FAMILIES.get(WRAPPERS.get(mt, mt))
+    return fam.no_packing if fam is not None else ""
+
+
 class MensData(L.LightningDataModule):
     def __init__(self, spec, examples: dict, records: list, pairs: bool, mask_dtype,
-                 eval_sets: dict | None = None, block_mask: bool = True, prompts: bool = False):
+                 eval_sets: dict | None = None, block_mask: bool = True, prompts: bool = False,
+                 packing: bool | None = None, token_mask: bool = False, windows=None):
         """block_mask: packed rows carry the 4-D block mask (False: the model attends per
-        record itself, mens.train.attention, and no b·s² mask is built)."""
+        record itself, mens.train.attention, and no b·s² mask is built). packing: None —
+        train.packing; False — records padded alone (mens.train.run: a family whose packed rows
+        leak across records). token_mask: packed batches carry `token_mask` (B, S), 1 on the
+        records' tokens (a mixture of experts' load-balancing loss skips the padding).
+        windows: the model's sliding window for the block mask (mens.train.attention.
+        window_masks), None when it has none shorter than a row."""
         super().__init__()
         self.block_mask = block_mask
         self.spec, self.examples, self.records, self.pairs = spec, examples, records, pairs
@@ -118,7 +137,8 @@ class MensData(L.LightningDataModule):
         self.mask_dtype, self.position = mask_dtype, Position()
         from mens.train.strategy import world_size
         self.world = world_size(spec)        # processes; micro_batch is per process
-        self.epochs = [epoch_items(examples, records, spec, e, pairs, prompts)
+        self.token_mask, self.windows = token_mask, windows
+        self.epochs = [epoch_items(examples, records, spec, e, pairs, prompts, packing)
                        for e in range(spec.curriculum.epochs)]
 
     def collate(self, keyed):
@@ -180,7 +200,13 @@ class MensData(L.LightningDataModule):
                 batch["record_ids"] = [x.record_id for x in items]
         else:
             batch = collate(items, self.mask_dtype, mask=self.block_mask)
+            if self.block_mask and self.windows:
+                from mens.train.attention import windowed
+                batch["attention_mask"] = windowed(batch["attention_mask"], self.windows)
             real = sum(r.real_tokens for r in items)
+            if self.token_mask:
+                batch["token_mask"] = torch.tensor([[s != 0 for s in r.segment_ids]
+                                                    for r in items])                  # (B, S)
         batch["real_tokens"] = torch.tensor(real)
         return batch
 

@@ -52,7 +52,7 @@ class MensModule(L.LightningModule):
     calls once, inside the strategy's context (where a sharding strategy such as FSDP2 wants
     the model made, per process)."""
     def __init__(self, model, spec, position: Position, planned_steps: int,
-                 objective=None, build=None):
+                 objective=None, build=None, router=None):
         super().__init__()
         if model is None and build is None:
             raise ValueError("MensModule needs a model or a build() that makes one")
@@ -72,6 +72,9 @@ class MensModule(L.LightningModule):
         self.counts = {"real": 0, "valid": 0, "slots": 0}   # tokens since the last TRAIN_STEP row
         self.val_sums: dict[int, list[float]] = {}   # loader index → [summed NLL, tokens]
         self.group_nll: list = [None, None]  # [(epoch, accumulation group), this rank's NLL]
+        # a mixture of experts' load-balancing loss (mens.train.router.RouterAux; None: dense)
+        self.router = router
+        self.group_aux: list = [None, 0.0, 0]  # [step key, Σ micro-batch aux, micro-batches]
 
     def configure_model(self):
         if self.model is None:
@@ -103,9 +106,14 @@ class MensModule(L.LightningModule):
             self.counts["valid"] += int((batch["labels"] != IGNORE).sum())
             self.counts["slots"] += batch["input_ids"].numel()
         group, group_tokens = batch.pop("step_group", None), batch.pop("step_tokens", None)
+        token_mask = batch.pop("token_mask", None)   # packed rows' real tokens (the router's)
         world, accum = self.world(), self.accum()
+        if self.router is not None:
+            self.router.start()
         loss, metrics = self.objective.step(self.step_context(group, group_tokens, world, accum),
                                             batch)
+        if self.router is not None:
+            loss = self.add_router_aux(loss, metrics, group, batch, token_mask)
         logged = metrics.pop("loss")
         if "completion_tokens" in metrics:   # an objective that samples: what it trained on
             n = int(metrics.pop("completion_tokens"))
@@ -120,6 +128,30 @@ class MensModule(L.LightningModule):
         # the progress bar's; the loggers get every TRAIN_STEP number (trainer.StepTelemetry)
         self.log("train/loss", logged, prog_bar=True, logger=False)
         return loss
+
+    def add_router_aux(self, loss, metrics: dict, group, batch, token_mask):
+        """The micro-batch's loss + coef · router aux loss where the family trains with it
+        (mens.train.router); `router_aux_loss` in the step's metrics: the unscaled mean over
+        the optimizer step's micro-batches (this rank's)."""
+        mask = token_mask
+        am = batch.get("attention_mask")
+        if mask is None and isinstance(am, torch.Tensor) and am.dim() == 2:   # padded rows
+            mask = am
+        aux = self.router.loss(mask)
+        if aux is None:
+            return loss
+        key = (self.current_epoch, int(group)) if group is not None else \
+            (self.current_epoch, self.global_step)
+        if self.group_aux[0] != key:
+            self.group_aux = [key, 0.0, 0]
+        self.group_aux[1] += float(aux.detach())
+        self.group_aux[2] += 1
+        metrics["router_aux_loss"] = self.group_aux[1] / self.group_aux[2]
+        return loss + self.router.coef * aux if self.router.adds else loss
+
+    def on_fit_end(self):
+        if self.router is not None:   # the hooks off, the config's own switch back (saving)
+            self.router.close()
 
     def step_context(self, group, group_tokens, world: int, accum: int) -> Step:
         """What the objective's step may call (mens.objective.base.Step)."""

@@ -43,10 +43,12 @@ def train_run(spec, plan, out_dir: Path, resume: bool = False,
     from mens.model.load import load_model, load_tokenizer, trainable_count
     from mens.train.evaluate import eval_sets, evaluate_base, loop_sets
     from mens.train.meter import meter_for, window_opener
-    from mens.train.datamodule import MensData
+    from mens.train.datamodule import MensData, packing_refusal
     from mens.objective import build as build_objective
     from mens.train.evaluate import pair_references
     from mens.train.module import MensModule, reference_scorer
+    from mens.train.router import RouterAux
+    from mens.train.attention import window_masks
     from mens.train import allocator
     from mens.train.strategy import RUN_DIR_ENV, release, world
     from mens.train.trainer import build_trainer, quiet_libraries
@@ -115,27 +117,39 @@ def train_run(spec, plan, out_dir: Path, resume: bool = False,
     if trims and spec.lane.gradient_checkpointing:   # the heap's layer by layer (allocator)
         allocator.layer_trims(model.get_decoder().layers, trims)
     prompts = objective.prompts            # grpo: the step samples its own answers
-    packed = not pairs and not prompts and spec.train.packing and spec.train.attention == "per_record"
+    packing = spec.train.packing and not pairs and not prompts
+    refused = packing_refusal(model) if packing else ""   # the plan normally turned it off
+    if refused:
+        packing = False
+        notes.append(f"FALLBACK packing: {refused}; each record is padded alone (train.packing "
+                     f"off for this family)")
+    packed = packing and spec.train.attention == "per_record"
     if packed:   # attention per packed record (no b·s² mask), where the model allows it
         from mens.train.attention import use_packed_attention
         packed, why = use_packed_attention(model, spec.train.seq_len)
         if not packed:
             notes.append(f"FALLBACK attention: {why}")
-    tel.emit(Event.PATHS, attention="per_record" if packed else "block_mask" if spec.train.packing
-             and not pairs else "padded", loss=spec.train.loss, heap=heap)   # what this run uses
+    router = RouterAux.of(model)           # a mixture of experts' load-balancing loss
+    if router is not None:
+        notes.append(router.note)
+    attention = "per_record" if packed else "block_mask" if spec.train.packing and not pairs \
+        and not refused else "padded"
+    tel.emit(Event.PATHS, attention=attention, loss=spec.train.loss, heap=heap)   # this run's
     for n in notes[len(spec.notes):]:   # what loading did other than the spec said: loud, kept
         print(f"mens: note: {n}", file=sys.stderr)
         tel.emit(Event.NOTE, detail=n)
     trainable, total = trainable_count(model)
     data = MensData(spec, examples, records, pairs, mask_dtype_for(model.config),
                     eval_sets=loop_sets(sets) if spec.train.eval_every else None,
-                    block_mask=not packed, prompts=prompts)
+                    block_mask=not packed, prompts=prompts, packing=packing,
+                    token_mask=router is not None,
+                    windows=window_masks(model.config, spec.train.seq_len) if packing else None)
     if prompts:
         from mens.data.examples import run_encoder
         objective.bind(model, tokenizer, records, run_encoder(tokenizer, spec))
     counts = epoch_counts(records, list(spec.curriculum.caps), phases)
     for e, c in enumerate(counts):
-        extra = {} if pairs or prompts or not spec.train.packing else packing_stats(data.epochs[e])
+        extra = {} if not packing else packing_stats(data.epochs[e])
         tel.emit(Event.CURRICULUM, epoch=e, cap=spec.curriculum.caps[min(e, len(spec.curriculum.caps) - 1)],
                  **c, **extra)
     refs: dict = {}                        # held-out pairs' reference log-probs (dpo)
@@ -158,7 +172,8 @@ def train_run(spec, plan, out_dir: Path, resume: bool = False,
                               {_index(x) for x in data.reached()} if pairs else None)
         finally:
             score.done()
-    module = MensModule(model, spec, data.position, data.planned_steps(), objective)
+    module = MensModule(model, spec, data.position, data.planned_steps(), objective,
+                        router=router)
     # loading, the base evaluation and (on resume) the checkpoint restore stay outside the window
     opener = window_opener(meter, allocator.trim if spec.train.heap == "fixed" else None)
     callbacks = [opener, *hooks.callbacks, *([allocator.step_trim(trims)] if trims else [])]

@@ -28,7 +28,8 @@ METRICS = {"loss": "train/loss", "learning_rate": "train/lr", "grad_norm": "trai
            "peak_mem_mb": "mem/peak_mb", "rss_mb": "mem/rss_mb",
            "gpu_vram_used_mb": "mem/gpu_vram_used_mb", "planned_peak_mb": "mem/planned_peak_mb",
            "window_peak_mb": "mem/window_peak_mb",
-           "cpu_util_pct": "perf/cpu_util_pct", "gpu_util_pct": "perf/gpu_util_pct"}
+           "cpu_util_pct": "perf/cpu_util_pct", "gpu_util_pct": "perf/gpu_util_pct",
+           "router_aux_loss": "train/router_aux_loss"}
 
 
 class StepTelemetry(Callback):
