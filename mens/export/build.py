@@ -102,7 +102,17 @@ def build(src: dict, out: Path, ex, types: list[str]) -> dict:
     # every refusal (an architecture or tokenizer llama.cpp cannot take) before any file
     # (a merged-only export, export.gguf=[], writes no GGUF and so is refused nothing here)
     adapter_gguf = src["adapter"] is not None and ex.adapter_gguf
-    notes: list[str] = list(src["notes"]) + (
+    notes: list[str] = list(src["notes"])
+    if adapter_gguf and src["adapter"].experts and types:
+        # llama.cpp's LoRA GGUF holds no expert LoRA; the model GGUFs, merged, hold it whole —
+        # so the default export gives those and says what it left out (with no model GGUF
+        # asked for, check_adapter_gguf refuses below: nothing would hold the adapter)
+        adapter_gguf = False
+        notes.append("FALLBACK adapter GGUF: not written — the adapter puts LoRA on the "
+                     "experts' fused weights (lane.lora.experts=true), which llama.cpp's LoRA "
+                     "GGUF cannot hold; the merged model GGUFs carry it")
+        print(f"mens: {notes[-1]}")
+    notes += (
         preflight(src["config_dir"], src["adapter"] if adapter_gguf else None)
         if types or adapter_gguf else [])
     files: list[dict] = []
@@ -130,7 +140,7 @@ def build(src: dict, out: Path, ex, types: list[str]) -> dict:
         files.append(_entry(out, p, "gguf", t))
         print(f"  {p.name:<24} {_mib(p)} (llama.cpp quantizer)")
     adapter_file = base_file = None
-    if src["adapter"] is not None and ex.adapter_gguf:
+    if adapter_gguf:
         p = write_adapter_gguf(src["adapter"], src["config_dir"], out / "adapter.gguf", name)
         adapter_file = p.name
         files.append(_entry(out, p, "adapter_gguf", "f32"))

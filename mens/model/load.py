@@ -108,7 +108,7 @@ def hf_config(rung):
     import transformers
 
     from mens.plan.memory import Arch
-    from mens.source.families import DEFAULT_FAMILY
+    from mens.source.families import DEFAULT_FAMILY, LINEAR_FIELDS, MOE_FIELDS, config_kwargs
 
     if not isinstance(rung, Arch) and (own := _config_json(rung)) is not None:
         config = transformers.AutoConfig.from_pretrained(str(own.parent))
@@ -121,9 +121,24 @@ def hf_config(rung):
         # Qwen3's published values, as before; other families take their class defaults
         optional = OPTIONAL if fam.model_type == DEFAULT_FAMILY else {
             k: fam.defaults[k] for k in OPTIONAL}
-        return cls(**keys, **optional)
-    return cls(**{k: _field(rung, k) for k in ARCH_KEYS},
-               **{k: _field(rung, k, v) for k, v in OPTIONAL.items()})
+        shaped = rung.rung_fields()
+    else:
+        keys = {k: _field(rung, k) for k in ARCH_KEYS}
+        optional = {k: _field(rung, k, v) for k, v in OPTIONAL.items()}
+        shaped = {k: _field(rung, k, 0) for k in (*MOE_FIELDS, *LINEAR_FIELDS,
+                                                   "linear_attention_layers")}
+    # experts and linear-attention layers as config.json keys (the class defaults otherwise:
+    # 128 experts for Qwen3-MoE whatever the rung said)
+    extra = config_kwargs({"family": fam.model_type, "num_hidden_layers": keys[
+        "num_hidden_layers"], **shaped})
+    config = cls(**{**keys, **optional, **extra})
+    # a class default special id outside a small vocabulary (Phi-3's pad 32000) breaks the
+    # embedding's padding_idx: random weights need none of them
+    for key in ("pad_token_id", "bos_token_id", "eos_token_id"):
+        if isinstance(getattr(config, key, None), int) and getattr(config, key) >= keys[
+                "vocab_size"]:
+            setattr(config, key, None)
+    return config
 
 
 def qwen3_config(rung):

@@ -77,7 +77,6 @@ def check_adapter_fits(adapter_dir, rung, ref: str) -> dict:
     import json
     import struct
 
-    from mens.config.schema import LORA_TARGETS as KNOWN
     from mens.plan.memory import Arch
 
     adapter_dir = Path(adapter_dir)
@@ -98,11 +97,11 @@ def check_adapter_fits(adapter_dir, rung, ref: str) -> dict:
         raise ConfigError(f"adapter={ref}: {st} is not a readable safetensors file ({e}); fetch "
                           f"it again (delete it from the hub cache) or re-save the adapter.",
                           key="adapter") from None
-    shapes = Arch.of(rung).linear_shapes()
+    shapes = Arch.of(rung).linear_shapes()   # every linear layer of the family, by name
     layers = int(rung.num_hidden_layers)
     for key, meta in header.items():
         parts = key.split(".")
-        if key == "__metadata__" or len(parts) < 4 or parts[-3] not in KNOWN:
+        if key == "__metadata__" or len(parts) < 4 or parts[-3] not in shapes:
             continue
         module, which = parts[-3], parts[-2]          # …layers.3.self_attn.q_proj.lora_A.weight
         layer = next((int(parts[i + 1]) for i, p in enumerate(parts[:-1])

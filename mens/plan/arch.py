@@ -54,6 +54,18 @@ class Arch:
                    get("linear_num_value_heads", 0) or 0, get("linear_key_head_dim", 0) or 0,
                    get("linear_value_head_dim", 0) or 0, get("linear_conv_kernel_dim", 0) or 0)
 
+    def rung_fields(self) -> dict:
+        """Its experts and linear-attention numbers under the rung fields' names (the inverse
+        of `of` for them: what a random model of this Arch is built from)."""
+        return {"num_experts": self.experts, "num_experts_per_tok": self.experts_per_tok,
+                "moe_intermediate_size": self.moe_intermediate,
+                "shared_expert_intermediate_size": self.shared_intermediate,
+                "linear_attention_layers": self.linear_layers,
+                "linear_num_key_heads": self.lin_k_heads,
+                "linear_num_value_heads": self.lin_v_heads,
+                "linear_key_head_dim": self.lin_k_dim, "linear_value_head_dim": self.lin_v_dim,
+                "linear_conv_kernel_dim": self.conv_kernel}
+
     @property
     def attn_layers(self) -> int:
         """Layers with full (softmax) attention: a KV cache and (b, a, s, s) scores."""

@@ -236,8 +236,11 @@ def components(arch: Arch, lane: LaneModel, shape: Shape, backend: str,
     if m["attn_scores_materialised"].get(backend, True) or paths["attention"] == "eager":
         for j, v in enumerate(cut(b * arch.heads * s * s * wb, 2 * wb * arch.heads * b * s * s)):
             scores[j] += v
+    # a mask per layer type where sliding and full layers mix (Gemma, gpt-oss: counted
+    # whether or not the window is shorter than the row, which the plan does not know)
+    kinds = 2 if family(arch.family).window_types else 1
     if masked:                                 # sdpa turns the bool mask into an additive one
-        copies = m["mask_copies"].get(backend, 1)
+        copies = kinds * m["mask_copies"].get(backend, 1)
         for j, v in enumerate(cut(b * s * s * wb, copies * wb * b * s * s)):
             scores[j] += v
     # checkpointing keeps each layer's input (its own term: it grows with the layer count,
@@ -302,7 +305,7 @@ def components(arch: Arch, lane: LaneModel, shape: Shape, backend: str,
         "logits": head["logits"] if head else
         logits_bytes(arch, b * min(lane.generation_tokens + 1, s), wb, m, "full_logits")
         if lane.generation_tokens else logits_bytes(arch, b * s, wb, m, paths["loss"]),
-        "packing_mask": int(b * s * s * m["packing_mask_bytes"]) if masked else 0,
+        "packing_mask": int(kinds * b * s * s * m["packing_mask_bytes"]) if masked else 0,
         "retention": int(retention),
         "overhead": int(m["overhead_gb"][backend] * GiB),
     }

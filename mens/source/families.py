@@ -56,6 +56,9 @@ class Family:
     permute_qk: bool = False     # LlamaModel.permute on q/k (and on a LoRA's q/k lora_b)
     norm_shift: float = 0.0      # added to every *norm.weight (Gemma's (1 + w) RMSNorm)
     swa_every: int = 0           # llama.cpp's hard-coded pattern: every n-th layer full
+    # config.layer_types mixes sliding and full layers: packed rows then carry one 4-D mask
+    # per layer type (mens.train.attention.windowed), two where the planner counts one
+    window_types: bool = False
     # Every linear layer a LoRA may target in this family (a lane's explicit targets outside
     # it are a ConfigError), and the default targets when the lane keeps mens's default list.
     linear: tuple = LORA_TARGETS
@@ -129,12 +132,13 @@ FAMILIES: dict[str, Family] = {f.model_type: f for f in (
            attn="eager", attn_reason="Gemma 2 soft-caps attention logits, which only eager "
                                      "attention implements (transformers refuses sdpa for it)",
            no_per_record="Gemma 2 soft-caps attention logits", softcap_logits=True,
-           swa_every=2, **_GEMMA_EXPORT),
+           swa_every=2, window_types=True, **_GEMMA_EXPORT),
     Family("gemma3_text", "Gemma3TextConfig", "Gemma3ForCausalLM", "gemma3", qk_norm="head",
            norms_per_layer=4,
            defaults=_defaults(max_position_embeddings=131072, vocab_size=262208,
                               rope_theta=1_000_000.0, **_GEMMA),
            no_per_record="Gemma 3 attends through sliding windows", swa_every=6,
+           window_types=True,
            **_GEMMA_EXPORT),
     # OLMo 2: q/k RMSNorm over the whole projections, norms after attention and after the MLP
     # (post_attention / post_feedforward, no pre-norms); llama.cpp's `olmo2` is NeoX-rope (no
@@ -161,13 +165,15 @@ FAMILIES: dict[str, Family] = {f.model_type: f for f in (
                               rope_theta=1_000_000.0, rms_norm_eps=1e-5,
                               num_local_experts=8, num_experts_per_tok=2)),
     # gpt-oss: biases on q/k/v/o, a sink logit per head, router and expert biases. Its router
-    # (GptOssTopKRouter) is no nn.Linear, which PEFT cannot wrap: LoRA targets attention only
+    # (GptOssTopKRouter) is no nn.Linear: PEFT reaches its weight as a target parameter
+    # (mens.model.load.lora_plan), with the same count as a Linear's LoRA
     Family("gpt_oss", "GptOssConfig", "GptOssForCausalLM", "gpt-oss", qkv_bias=True,
            o_bias=True, sinks=True, moe_biases=True, router="router", keys=_LOCAL_EXPERTS,
-           linear=_ATTN, lora_targets=_ATTN, experts=_EXPERTS,
+           linear=(*_ATTN, "router"), lora_targets=(*_ATTN, "router"), experts=_EXPERTS,
            attn="eager", attn_reason="gpt-oss adds learned attention sinks, which transformers "
                                      "implements in eager attention only (it refuses sdpa)",
            no_per_record="gpt-oss attends through sliding windows on alternate layers",
+           window_types=True,
            defaults=_defaults(max_position_embeddings=131072, head_dim=64,
                               num_key_value_heads=8, rms_norm_eps=1e-5, rope_theta=150_000.0,
                               num_local_experts=128, num_experts_per_tok=4,
@@ -178,7 +184,7 @@ FAMILIES: dict[str, Family] = {f.model_type: f for f in (
            defaults=_defaults(max_position_embeddings=4096, rms_norm_eps=1e-5)),
     # Qwen3.5 (published as a multimodal wrapper, model_type qwen3_5[_moe]): Gated DeltaNet
     # linear-attention layers beside gated full attention; its MoE adds a shared expert
-    # (gate/up/down_proj: LoRA targets) and its router is no nn.Linear (PEFT cannot wrap it)
+    # (gate/up/down_proj: LoRA targets); its router `gate` is no nn.Linear: a target parameter
     Family("qwen3_5_text", "Qwen3_5TextConfig", "Qwen3_5ForCausalLM", "qwen35",
            qk_norm="head", chat="chatml", linear=(*LORA_TARGETS, *_DELTANET),
            lora_targets=(*LORA_TARGETS, *_DELTANET), no_packing=_QWEN35_PACKING,
@@ -186,8 +192,8 @@ FAMILIES: dict[str, Family] = {f.model_type: f for f in (
            defaults=_defaults(max_position_embeddings=32768, head_dim=256,
                               num_key_value_heads=4, **_DELTANET_DEFAULTS)),
     Family("qwen3_5_moe_text", "Qwen3_5MoeTextConfig", "Qwen3_5MoeForCausalLM", "qwen35moe",
-           qk_norm="head", chat="chatml", linear=(*LORA_TARGETS, *_DELTANET),
-           lora_targets=(*LORA_TARGETS, *_DELTANET), experts=_EXPERTS,
+           qk_norm="head", chat="chatml", linear=(*LORA_TARGETS, *_DELTANET, "gate"),
+           lora_targets=(*LORA_TARGETS, *_DELTANET, "gate"), experts=_EXPERTS,
            no_packing=_QWEN35_PACKING, gated_q=True, linear_attention=True,
            keys={**_MOE_KEYS, "shared_expert_intermediate_size":
                  ("shared_expert_intermediate_size",), **_LINEAR_KEYS},

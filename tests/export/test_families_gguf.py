@@ -28,14 +28,10 @@ N_NEW = 10
 EXPORTED = [f for f in FAMILIES if f not in UNWRITTEN]
 
 
-# routers that are no nn.Linear in transformers 5 (TopKRouter modules): PEFT refuses them
-NOT_LINEAR = {"gpt_oss": "router", "qwen3_5_moe_text": "gate"}
-
-
 def targets(fam: str) -> list[str]:
-    """Every linear layer of the family's decoder layer (its default LoRA targets, fused Phi-3
-    projections, Qwen3.5's DeltaNet projections and MoE routers where they are nn.Linear)."""
-    return [t for t in ROWS[fam].lora_targets if t != NOT_LINEAR.get(fam)]
+    """Every linear layer of the family's decoder layer (its default LoRA targets: fused Phi-3
+    projections, Qwen3.5's DeltaNet projections, MoE routers)."""
+    return list(ROWS[fam].lora_targets)
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -60,8 +56,10 @@ def family_export(request, tmp_path_factory):
     import torch
     from peft import LoraConfig, get_peft_model
 
+    from mens.config.schema import LoraConfig as LaneLora
     from mens.export.gguf import write_adapter_gguf, write_model_gguf
     from mens.export.merge import SafetensorsDir, load_adapter
+    from mens.model.load import lora_plan
 
     fam, t0 = request.param, time.time()
     tmp = tmp_path_factory.mktemp(fam)
@@ -70,7 +68,11 @@ def family_export(request, tmp_path_factory):
     model = make_model(fam, hf, len(tok))
     f32 = write_model_gguf(SafetensorsDir(hf), hf, tmp / "model-f32.gguf", "f32", fam)
     torch.manual_seed(1)
-    peft = get_peft_model(model, LoraConfig(r=8, lora_alpha=16, target_modules=targets(fam),
+    # as training asks PEFT for them: a router that is no nn.Linear (gpt-oss, Qwen3.5-MoE)
+    # as a target parameter
+    modules, params = lora_plan(model, LaneLora(r=8, alpha=16), [])
+    peft = get_peft_model(model, LoraConfig(r=8, lora_alpha=16, target_modules=list(modules),
+                                            target_parameters=list(params) or None,
                                             init_lora_weights=False))
     peft.save_pretrained(str(tmp / "adapter"))
     adapter = write_adapter_gguf(load_adapter(tmp / "adapter"), hf, tmp / "adapter.gguf", fam)

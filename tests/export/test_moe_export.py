@@ -32,17 +32,18 @@ def expert_adapter(fam: str, tmp_path):
     import torch
     from peft import LoraConfig, get_peft_model
 
-    from test_families_gguf import NOT_LINEAR
-
-    from mens.source.families import FAMILIES as ROWS
+    from mens.config.schema import LoraConfig as LaneLora
+    from mens.model.load import lora_plan
 
     hf = tmp_path / "hf"
     tok = make_tokenizer(fam, hf)
     model = make_model(fam, hf, len(tok))
     torch.manual_seed(1)
-    linear = [t for t in ROWS[fam].lora_targets if t != NOT_LINEAR.get(fam)]
-    peft = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, target_modules=linear,
-                                            target_parameters=EXPERTS))
+    # the targets as training asks PEFT for them (a router that is no nn.Linear: a parameter)
+    modules, params = lora_plan(model, LaneLora(r=4, alpha=8, experts=True), [])
+    assert set(EXPERTS) <= set(params)
+    peft = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, target_modules=list(modules),
+                                            target_parameters=list(params)))
     with torch.no_grad():
         for n, p in peft.named_parameters():
             if "lora_B" in n:
@@ -60,10 +61,20 @@ def test_expert_lora_merges_like_peft_and_its_gguf_decodes_alike(fam, tmp_path):
     from mens.export.merge import (MergedWeights, SafetensorsDir, check_adapter, load_adapter,
                                    write_hf_dir)
     from mens.export.verify import exact, hf_greedy, hf_model, llama, llama_greedy
+    from mens.plan.adapter import check_adapter_fits
+    from mens.source.families import read_config
+    from omegaconf import OmegaConf
 
     hf, tok, peft, adapter_dir = expert_adapter(fam, tmp_path)
     adapter, base = load_adapter(adapter_dir), SafetensorsDir(hf)
     check_adapter(adapter, base)
+    # the planner's shape check passes it on its own base (a shared expert's down_proj is
+    # its own width, Qwen3.5's q_proj is gated) and refuses it on a wider one
+    rung = OmegaConf.create({"name": "tiny", "path": str(hf), "repo_id": None,
+                             **read_config(hf)})
+    check_adapter_fits(adapter_dir, rung, "a")
+    with pytest.raises(ConfigError, match="does not fit"):
+        check_adapter_fits(adapter_dir, OmegaConf.merge(rung, {"hidden_size": 256}), "a")
     n_layers = FAMILIES[fam][1]["num_hidden_layers"]
     assert sorted(adapter.experts) == sorted(f"model.layers.{i}.{p}" for i in range(n_layers)
                                              for p in EXPERTS)
@@ -153,22 +164,26 @@ def test_gpt_oss_notes_mxfp4_and_measures_llama_cpps_truncated_yarn(tmp_path):
     assert top1 >= 0.8                  # … but it is the same model, not another one
 
 
-def test_cli_exports_an_expert_lora_merged_and_verified_and_refuses_its_adapter_gguf(
+def test_cli_exports_an_expert_lora_merged_and_verified_without_its_adapter_gguf(
         tmp_path, monkeypatch, capsys):
-    """`python -m mens.export +rung=hf adapter=…` with a LoRA on Qwen3-MoE's experts: the default
-    (adapter GGUF on) exits 2 before writing anything; with export.adapter_gguf=false the merged
-    GGUF is written and verified against transformers by llama.cpp."""
+    """`python -m mens.export +rung=hf adapter=…` with a LoRA on Qwen3-MoE's experts: the
+    default (adapter GGUF on) writes the merged GGUF, verified against transformers by
+    llama.cpp, and says (FALLBACK, in the manifest's notes) that no adapter GGUF can hold the
+    experts' LoRA; asking for the adapter GGUF alone exits 2 before writing anything."""
     from mens.cli.export import main as export
 
     hf, _, _, adapter_dir = expert_adapter("qwen3_moe", tmp_path)
     monkeypatch.chdir(tmp_path)
-    args = ["+rung=hf", f"rung.path={hf}", f"adapter={adapter_dir}", "export.gguf=[f32]",
+    args = ["+rung=hf", f"rung.path={hf}", f"adapter={adapter_dir}",
             "export.verify=true", f"export.out={tmp_path / 'out'}"]
-    assert export(args) == 2
+    assert export([*args, "export.gguf=[]", "export.merged=false", "export.modelfile=false"]) == 2
     assert "export.adapter_gguf=false and use the merged GGUF" in capsys.readouterr().err
     assert not (tmp_path / "out").exists() or not list((tmp_path / "out").iterdir())
-    assert export([*args, "export.adapter_gguf=false"]) == 0, capsys.readouterr().out
+    assert export([*args, "export.gguf=[f32]"]) == 0
+    assert "FALLBACK adapter GGUF: not written" in capsys.readouterr().out
+    assert not (tmp_path / "out" / "adapter.gguf").exists()
     manifest = json.loads((tmp_path / "out" / "export.json").read_text())
+    assert any(n.startswith("FALLBACK adapter GGUF") for n in manifest["notes"])
     v = manifest["verify"]
     assert v["ok"] and v["gguf"]["f32"]["identical"] == v["gguf"]["f32"]["of"]
     assert v["merged_vs_base"]["differing"] > 0                  # the experts' LoRA is in it

@@ -26,10 +26,14 @@ def arch_of(name: str) -> Arch:
 @pytest.mark.parametrize("family", NEW)
 def test_lora_count_equals_peft(family):
     """PEFT 0.21's own trainable count of a LoRA on the family's default targets, and with
-    lane.lora.experts (target_parameters on the fused expert weights), on a tiny random model
+    lane.lora.experts (target_parameters on the fused expert weights), as the trainer's
+    lora_plan asks PEFT for them, on a tiny random model
     (tests/families_util): the planner's Arch.lora_params, exactly."""
     import transformers
     from peft import LoraConfig, get_peft_model
+
+    from mens.config.schema import LoraConfig as LaneLora
+    from mens.model.load import lora_plan
 
     from tests.families_util import FAMILIES as TINY
 
@@ -37,11 +41,13 @@ def test_lora_count_equals_peft(family):
     config = getattr(transformers, cls)(vocab_size=100, **kw)
     arch = Arch.of(rung_fields({"model_type": family, **config.to_dict()}, "tiny"))
     fam = FAMILIES[family]
-    for experts in (False, True):
+    for experts in (False, True) if fam.experts else (False,):
         model = transformers.AutoModelForCausalLM.from_config(config)
         assert sum(p.numel() for p in model.parameters()) == arch.params()["total"]
-        lora = LoraConfig(r=4, target_modules=list(fam.lora_targets),
-                          target_parameters=list(fam.experts) if experts else None)
+        # the targets as training makes them (a router that is no nn.Linear: a parameter)
+        modules, params = lora_plan(model, LaneLora(r=4, experts=experts), [])
+        lora = LoraConfig(r=4, target_modules=list(modules),
+                          target_parameters=list(params) or None)
         peft = get_peft_model(model, lora)
         trainable = sum(p.numel() for p in peft.parameters() if p.requires_grad)
         assert arch.lora_params(4, fam.lora_targets, experts) == trainable, (family, experts)
