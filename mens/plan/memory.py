@@ -232,8 +232,12 @@ def components(arch: Arch, lane: LaneModel, shape: Shape, backend: str,
     # another framework ran eager attention (mens.calibrate.evidence)
     # (b, a, s, s) scores and the mask's copies exist in full-attention layers only (Qwen3.5's
     # linear-attention layers keep a recurrent state instead, per head not per token pair)
+    # a family that trains with eager attention whatever was asked (gpt-oss's sinks, Gemma 2's
+    # soft-capping) materialises them too (the tiny gpt-oss measured +31 MiB at s 512 b 2,
+    # +58 MiB at s 1024 b 1 over a plan without them: two copies a layer, as here)
+    eager = paths["attention"] == "eager" or family(arch.family).attn == "eager"
     scores = [0, 0]
-    if m["attn_scores_materialised"].get(backend, True) or paths["attention"] == "eager":
+    if m["attn_scores_materialised"].get(backend, True) or eager:
         for j, v in enumerate(cut(b * arch.heads * s * s * wb, 2 * wb * arch.heads * b * s * s)):
             scores[j] += v
     # a mask per layer type where sliding and full layers mix (Gemma, gpt-oss: counted
