@@ -101,13 +101,9 @@ def test_lora_lands_on_the_familys_layers_and_counts_exactly(family, tiny):
 def test_the_trainable_count_equals_the_plans(family, tiny):
     """Arch.lora_params(r, targets, experts=…) — the planner's count (mens/plan/memory.py) —
     equals the adapter PEFT builds."""
-    import inspect
-
     from mens.plan.memory import Arch
     from mens.source.families import FAMILIES, read_config
 
-    if "experts" not in inspect.signature(Arch.lora_params).parameters:
-        pytest.skip("the planner's Arch.lora_params(r, targets, experts=) is not merged yet")
     arch = Arch.of(read_config(tiny(family)))
     model = apply_lane(load(tiny(family)), lane(family in MOE))
     assert arch.lora_params(R, FAMILIES[family].lora_targets, experts=family in MOE) == \
