@@ -68,8 +68,18 @@ def not_linear(model_type: str, name: str) -> bool:
         name.endswith((".mlp.gate.weight", ".block_sparse_moe.gate.weight", ".mlp.router.weight"))
 
 
+# a multimodal checkpoint (Qwen3.5, Gemma 3) holds its text model under these prefixes; mens
+# trains the text model alone (its *ForCausalLM), whose names — and its adapter's — lack them
+WRAPPED = (("model.language_model.", "model."), ("language_model.model.", "model."),
+           ("language_model.lm_head.", "lm_head."))
+
+
 def model_name(model_type: str, name: str) -> str:
     """A checkpoint tensor's name in the transformers 5 model (what a PEFT adapter names)."""
+    for a, b in WRAPPED:
+        if name.startswith(a):
+            name = b + name[len(a):]
+            break
     for a, b in RENAMES.get(model_type, ()):
         name = name.replace(a, b)
     return name

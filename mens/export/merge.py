@@ -172,7 +172,7 @@ class MergedWeights:
         self.out_dtype = base.dtype if out_dtype == "auto" else out_dtype
         self.names, self.shapes = base.names, base.shapes
         self._delta = (None, None)       # the last fused expert delta: E tensors in a row use it
-        self.cfg = _config(base.path)
+        self.cfg = _text_config(_config(base.path))
         self.model_names = _model_names(self.cfg.get("model_type"), base.names)
 
     def get(self, name: str):
@@ -181,15 +181,15 @@ class MergedWeights:
         from mens.export import experts
 
         w = self.base.get(name)                                    # [out, in], stored dtype
-        if self.qlora is not None and _is_linear(name, w) and \
-                not experts.not_linear(self.cfg.get("model_type"), name):
-            w = nf4_roundtrip(w, self.qlora)
         key = self.model_names.get(name, name)                     # the adapter's name for it
+        if self.qlora is not None and _is_linear(key, w) and \
+                not experts.not_linear(self.cfg.get("model_type"), key):
+            w = nf4_roundtrip(w, self.qlora)
         if self.adapter and key in self.adapter.pairs:
             a, b = self.adapter.pairs[key]                         # [r, in], [out, r]
             w = w.float() + (b @ a) * self.adapter.scale           # fp32: one rounding, below
         elif self.adapter and self.adapter.experts:
-            w = self._add_expert_delta(name, w)
+            w = self._add_expert_delta(key, w)
         return w.to(getattr(torch, TORCH_DTYPES[self.out_dtype]))
 
     def _add_expert_delta(self, name: str, w):
@@ -211,6 +211,13 @@ class MergedWeights:
 def _config(path: Path) -> dict:
     p = Path(path) / "config.json"
     return json.loads(p.read_text()) if p.is_file() else {}
+
+
+def _text_config(cfg: dict) -> dict:
+    """The text model's config (a multimodal checkpoint's text_config, under the text model's
+    model_type): what training adapted, so what the merge reads."""
+    from mens.source.families import text_config
+    return dict(text_config(cfg, "config.json")) if cfg else cfg
 
 
 def _model_names(model_type, names) -> dict:
@@ -240,8 +247,8 @@ def nf4_roundtrip(w, q: dict):
 def check_adapter(adapter: Adapter, base: SafetensorsDir) -> None:
     """Every A/B pair must fit its base weight: else the adapter was trained on another base."""
     _check_expert_pairs(adapter, base)
-    renamed = {m: n for n, m in _model_names(_config(base.path).get("model_type"),
-                                             base.names).items()}
+    renamed = {m: n for n, m in _model_names(_text_config(_config(base.path)).get(
+        "model_type"), base.names).items()}
     for name, (a, b) in adapter.pairs.items():
         shape = base.shapes.get(renamed.get(name, name))
         if shape is None or len(shape) != 2 or a.shape != (adapter.r, shape[1]) \
@@ -262,11 +269,12 @@ def _check_expert_pairs(adapter: Adapter, base: SafetensorsDir) -> None:
 
     if not adapter.experts:
         return
-    cfg = json.loads((base.path / "config.json").read_text())
+    cfg = _text_config(_config(base.path))
     mt = cfg.get("model_type")
     n_exp = cfg.get("num_experts") or cfg.get("num_local_experts") or 0
     shapes = experts.fused_shapes(mt, cfg)
-    have = {experts.view(mt, n).fused for n in base.names if experts.view(mt, n)}
+    views = [experts.view(mt, experts.model_name(mt, n)) for n in base.names]
+    have = {v.fused for v in views if v}
     for name, (a, b) in adapter.experts.items():
         i, o = shapes.get(name.rpartition(".")[2], (None, None))
         rE = adapter.r * n_exp

@@ -187,3 +187,56 @@ def test_cli_exports_an_expert_lora_merged_and_verified_without_its_adapter_gguf
     v = manifest["verify"]
     assert v["ok"] and v["gguf"]["f32"]["identical"] == v["gguf"]["f32"]["of"]
     assert v["merged_vs_base"]["differing"] > 0                  # the experts' LoRA is in it
+
+
+def test_a_qwen35_adapter_merges_into_the_published_multimodal_layout(tmp_path):
+    """Qwen3.5 is published as Qwen3_5ForConditionalGeneration (its text model under
+    model.language_model.*, beside a vision tower); mens trains the text model alone, so the
+    adapter names model.layers.*. The merge maps the names: merged/ keeps the checkpoint's own
+    layout (vision tower included) and equals PEFT's text model with the adapter; the GGUF of
+    the wrapper is refused with the reason (llama.cpp's converter writes it with --mmproj)."""
+    import torch
+    import transformers
+    from omegaconf import OmegaConf
+    from peft import PeftModel
+
+    from mens.cli.export import main as export
+    from mens.config.schema import LoraConfig as LaneLora
+    from mens.export.merge import SafetensorsDir
+    from mens.model.load import apply_lane, load_base
+    from mens.source.families import read_config
+
+    hf = tmp_path / "hf"
+    tok = make_tokenizer("qwen3_5_text", hf)
+    text = dict(FAMILIES["qwen3_5_text"][1], vocab_size=len(tok))
+    torch.manual_seed(0)
+    wrapper = transformers.Qwen3_5ForConditionalGeneration(transformers.Qwen3_5Config(
+        text_config=text, vision_config=dict(depth=1, hidden_size=32, intermediate_size=64,
+                                             num_heads=2, out_hidden_size=128)))
+    wrapper.save_pretrained(str(hf))
+    rung = OmegaConf.create({"name": "q35", "path": str(hf), "init": "pretrained",
+                             "repo_id": None, **read_config(hf)})
+    lane = OmegaConf.create({"method": "lora", "gradient_checkpointing": False,
+                             "lora": LaneLora(r=4, alpha=8).__dict__})
+    peft = apply_lane(load_base(rung, kind="lora"), lane)
+    with torch.no_grad():
+        for n, p in peft.named_parameters():
+            if "lora_B" in n:
+                p.normal_(0, 0.05)
+    peft.save_pretrained(str(tmp_path / "adapter"))
+    args = ["+rung=hf", f"rung.path={hf}", f"adapter={tmp_path / 'adapter'}",
+            "export.modelfile=false", "export.adapter_gguf=false"]
+    assert export([*args, "export.gguf=[f32]", f"export.out={tmp_path / 'refused'}"]) == 2
+    assert export([*args, "export.gguf=[]", f"export.out={tmp_path / 'out'}"]) == 0
+    merged = tmp_path / "out" / "merged"
+    assert sorted(SafetensorsDir(merged).names) == sorted(SafetensorsDir(hf).names)
+    ids = torch.tensor([tok.encode("hello there, 12 apples")])
+    ref = PeftModel.from_pretrained(
+        transformers.Qwen3_5ForCausalLM.from_pretrained(str(hf), dtype=torch.float32),
+        str(tmp_path / "adapter")).eval()
+    mine = transformers.Qwen3_5ForConditionalGeneration.from_pretrained(
+        str(merged), dtype=torch.float32).eval()
+    with torch.no_grad():
+        diff = (mine(input_ids=ids).logits - ref(input_ids=ids).logits).abs().max()
+        moved = (mine(input_ids=ids).logits - wrapper.eval()(input_ids=ids).logits).abs().max()
+    assert diff < 1e-4 and moved > 1e-2, (diff, moved)
