@@ -64,21 +64,41 @@ GPT_OSS_NOTE = ("gpt-oss: the experts are written at the export type, not in the
 
 
 def load_config(hf_dir: Path) -> dict:
-    return json.loads((Path(hf_dir) / "config.json").read_text())
+    """config.json — of the text model, for a multimodal checkpoint (Qwen3.5, Gemma 3): its
+    text_config under the text model's model_type, which is what the GGUF holds (llama.cpp's
+    converter writes the vision tower as a separate --mmproj file)."""
+    from mens.source.families import text_config
+    return dict(text_config(json.loads((Path(hf_dir) / "config.json").read_text()),
+                            str(Path(hf_dir) / "config.json")))
+
+
+class TextTensors:
+    """A multimodal checkpoint's text model as a tensor source: names as the text model's
+    *ForCausalLM has them (model.language_model.* → model.*), the vision tower and any
+    multi-token-prediction head left out; get() reads the checkpoint's own tensor."""
+
+    def __init__(self, src):
+        from mens.export.experts import model_name
+        self.src = src
+        self.orig = {model_name("", n): n for n in src.names
+                     if model_name("", n) != n or n.startswith("lm_head.")}
+        self.names = list(self.orig)
+        self.shapes = {n: src.shapes[o] for n, o in self.orig.items()}
+
+    def get(self, name: str):
+        return self.src.get(self.orig[name])
+
+
+def text_tensors(src, hf_dir: Path):
+    """`src` itself, or its text model's TextTensors when hf_dir holds a multimodal checkpoint."""
+    from mens.source.families import WRAPPERS
+    raw = json.loads((Path(hf_dir) / "config.json").read_text())
+    return TextTensors(src) if raw.get("model_type") in WRAPPERS and \
+        not isinstance(src, TextTensors) else src
 
 
 def family_of(cfg: dict, where) -> Family:
-    from mens.source.families import WRAPPERS
-
     fam = FAMILIES.get(cfg.get("model_type"))
-    mt = cfg.get("model_type")
-    if fam is None and mt in WRAPPERS:
-        raise ConfigError(f"{where}: model_type `{mt}` is the multimodal checkpoint (its text "
-                          f"model under model.language_model.*, beside a vision tower); mens "
-                          f"writes GGUFs of the text model ({WRAPPERS[mt]}) only. Set "
-                          f"export.gguf=[] and keep the merged HF dir, or convert it with "
-                          f"llama.cpp's convert_hf_to_gguf.py (text GGUF + --mmproj).",
-                          key="export.gguf")
     if fam is None:
         raise ConfigError(f"{where}: model_type `{cfg.get('model_type')}` has no GGUF export in "
                           f"mens; it exports {', '.join(FAMILIES)} (config.json's model_type).",

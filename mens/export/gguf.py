@@ -76,6 +76,7 @@ def tensor_plan(src, hf_dir: Path, qtype: str) -> list[tuple[tuple, str, tuple, 
 
     from mens.export import experts
 
+    src = arch.text_tensors(src, hf_dir)
     cfg = arch.load_config(hf_dir)
     fam = arch.family_of(cfg, hf_dir)
     arch.check_supported(fam, cfg, hf_dir)
@@ -220,6 +221,7 @@ def write_model_gguf(src, hf_dir: Path, out: Path, qtype: str, name: str) -> Pat
     import gguf
     import numpy as np
 
+    src = arch.text_tensors(src, hf_dir)      # a multimodal checkpoint: its text model
     plan = tensor_plan(src, hf_dir, qtype)
     cfg = arch.load_config(hf_dir)
     fam = arch.family_of(cfg, hf_dir)

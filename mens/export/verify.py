@@ -56,7 +56,11 @@ def hf_model(config_dir: Path, src, emulate: str | None = None):
         from transformers.initialization import no_init_weights
     except ImportError:
         from contextlib import nullcontext as no_init_weights
-    config = AutoConfig.from_pretrained(str(config_dir))
+    from mens.export.arch import text_tensors
+
+    # a multimodal checkpoint: its text model, as training and the GGUF have it
+    config = AutoConfig.from_pretrained(str(config_dir)).get_text_config()
+    src = text_tensors(src, config_dir)
     with no_init_weights():
         # eager: Gemma 2's attention softcapping exists only there (sdpa would skip it)
         model = AutoModelForCausalLM.from_config(config, dtype=torch.float32,

@@ -193,8 +193,9 @@ def test_a_qwen35_adapter_merges_into_the_published_multimodal_layout(tmp_path):
     """Qwen3.5 is published as Qwen3_5ForConditionalGeneration (its text model under
     model.language_model.*, beside a vision tower); mens trains the text model alone, so the
     adapter names model.layers.*. The merge maps the names: merged/ keeps the checkpoint's own
-    layout (vision tower included) and equals PEFT's text model with the adapter; the GGUF of
-    the wrapper is refused with the reason (llama.cpp's converter writes it with --mmproj)."""
+    layout (vision tower included) and equals PEFT's text model with the adapter; the GGUF holds
+    the text model (as llama.cpp's converter writes it; the vision tower would be its --mmproj)
+    and llama.cpp decodes it as transformers does."""
     import torch
     import transformers
     from omegaconf import OmegaConf
@@ -226,8 +227,10 @@ def test_a_qwen35_adapter_merges_into_the_published_multimodal_layout(tmp_path):
     peft.save_pretrained(str(tmp_path / "adapter"))
     args = ["+rung=hf", f"rung.path={hf}", f"adapter={tmp_path / 'adapter'}",
             "export.modelfile=false", "export.adapter_gguf=false"]
-    assert export([*args, "export.gguf=[f32]", f"export.out={tmp_path / 'refused'}"]) == 2
-    assert export([*args, "export.gguf=[]", f"export.out={tmp_path / 'out'}"]) == 0
+    assert export([*args, "export.gguf=[f32]", "export.verify=true",
+                   f"export.out={tmp_path / 'out'}"]) == 0
+    v = json.loads((tmp_path / "out" / "export.json").read_text())["verify"]
+    assert v["ok"] and v["gguf"]["f32"]["identical"] == v["gguf"]["f32"]["of"], v
     merged = tmp_path / "out" / "merged"
     assert sorted(SafetensorsDir(merged).names) == sorted(SafetensorsDir(hf).names)
     ids = torch.tensor([tok.encode("hello there, 12 apples")])
