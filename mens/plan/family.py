@@ -43,6 +43,7 @@ def resolve_family(cfg, notes: list[str]) -> None:
                      f"linear attention (Gated DeltaNet): the plan counts their recurrent state "
                      f"({rung.linear_num_value_heads} value heads × {rung.linear_key_head_dim} × "
                      f"{rung.linear_value_head_dim}, fp32, per sequence), not a KV cache, and "
-                     f"no attention scores in them")
+                     f"no attention scores in them; no memory cell has measured such layers, "
+                     f"so the plan takes the uncalibrated margin")
     if fam.model_type == "gpt_oss" and rung.init == "pretrained":
         notes.append(MXFP4.format(precision=lane.precision))
