@@ -1,6 +1,7 @@
 """`mens launch torchrun|slurm|kubeflow [overrides]`: the file that engine needs to start
 `python -m mens <the same overrides>` on hw.nodes × hw.devices (mens.launch.<engine>), written
-into this run's dir and printed. No torch; nothing is started."""
+into this run's dir and printed, after the plan (spec.yaml, plan.json: a run that does not fit
+is refused with exit 3 before any file names it). No torch; nothing is started."""
 from __future__ import annotations
 
 import importlib
@@ -19,9 +20,11 @@ EMITTERS = {"torchrun": "mens.launch.torchrun", "slurm": "mens.launch.slurm",
 def emit(engine: str, argv: list[str]):
     def task(cfg: DictConfig, out_dir: Path) -> int:
         from mens.launch.common import Launch, write
+        from mens.plan.output import plan_run
 
         module = importlib.import_module(EMITTERS[engine])
-        text = module.render(Launch(cfg, out_dir.resolve(), list(argv)))
+        text = module.render(Launch(cfg, out_dir.resolve(), list(argv)))   # config errors: 2
+        plan_run(cfg, out_dir, "plan")   # the plan per device of hw.nodes × hw.devices; refuses: 3
         write(out_dir, module.FILE, text)
         print(text, end="")
         return EXIT_OK

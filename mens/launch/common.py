@@ -30,6 +30,13 @@ class Launch:
     out_dir: Path           # this run's dir (absolute): the emitted file goes here
     argv: list[str]         # the user's overrides to `mens launch X`, as given
 
+    def __post_init__(self):
+        if self.cfg.hw.name == AUTO:
+            raise ConfigError(
+                "hw=auto describes this machine, not the nodes a launcher starts: name their "
+                "tier (e.g. +hw=h100 hw.devices=8, or +hw=cpu), so that the plan and the "
+                "processes and GPUs asked per node are theirs.", key="hw")
+
     def overrides(self, remote_dir: str | None = None) -> list[str]:
         """What the launched `python -m mens` gets: see forwarded. `remote_dir`: the run dir as
         the launched processes see it where they share no filesystem with this one (a pod):

@@ -35,9 +35,9 @@ def trainjob(launch: Launch) -> dict:
     if not lc.image:
         raise ConfigError(
             "launch.image is unset: a Kubeflow TrainJob needs a container image with this mens "
-            "installed (the runtime's default image has none). Build one FROM the runtime's "
-            "PyTorch image with `pip install mens-compiler` at this version (or the wheel "
-            "`mens cloud launch` ships) and set launch.image=<registry>/<image>:<tag>.",
+            "installed (the runtime's default image has none): build one FROM the runtime's "
+            "PyTorch image that installs this very mens (its checkout, or the wheel `mens cloud "
+            "launch` writes to a run dir's wheel/) and set launch.image=<registry>/<image>:<tag>.",
             key="launch.image")
     run_dir = f"{str(lc.run_root).rstrip('/')}/{launch.name}"
     command = ["torchrun"]

@@ -33,6 +33,25 @@ def emit(tmp_path: Path, engine: str, *args: str, name: str = "run-1"):
     return p, run
 
 
+# each engine's file for USER, emitted once for the tests that read it (planning 8b takes seconds)
+EXTRA = {"torchrun": ("launch.rdzv_endpoint=node0:29400", "launch.max_restarts=1"),
+         "slurm": ("launch.partition=gpu", "launch.time=1-00:00:00"),
+         "kubeflow": ("launch.image=registry.example/mens:0.1.0", "launch.namespace=ml",
+                      "launch.max_restarts=2")}
+
+
+@pytest.fixture(scope="module")
+def emitted(tmp_path_factory):
+    out = {}
+
+    def get(engine: str):
+        if engine not in out:
+            out[engine] = emit(tmp_path_factory.mktemp(engine), engine, *USER, *EXTRA[engine])
+            assert out[engine][0].returncode == 0, out[engine][0].stderr
+        return out[engine]
+    return get
+
+
 def golden(name: str, text: str, run: Path) -> None:
     text = text.replace(str(run), "<RUN_DIR>")
     path = GOLDEN / name
@@ -53,12 +72,10 @@ def forwarded(run: Path, extra: tuple[str, ...] = ()) -> list[str]:
     return [*USER, *extra, f"hydra.run.dir={run}"]
 
 
-def test_torchrun_one_line_per_node_read_by_torchruns_own_parser(tmp_path):
+def test_torchrun_one_line_per_node_read_by_torchruns_own_parser(emitted):
     from torch.distributed.run import get_args_parser
 
-    p, run = emit(tmp_path, "torchrun", *USER, "launch.rdzv_endpoint=node0:29400",
-                  "launch.max_restarts=1")
-    assert p.returncode == 0, p.stderr
+    p, run = emitted("torchrun")
     text = (run / "torchrun.sh").read_text()
     assert text in p.stdout                                   # printed as written
     golden("torchrun.sh", text, run)
@@ -84,9 +101,8 @@ def test_torchrun_on_one_node_needs_no_endpoint_and_no_restarts_flag(tmp_path):
     assert "--rdzv-endpoint=127.0.0.1:29500" in line and "--max-restarts" not in line
 
 
-def test_sbatch_passes_bash_n_and_asks_for_nodes_tasks_and_gpus(tmp_path):
-    p, run = emit(tmp_path, "slurm", *USER, "launch.partition=gpu", "launch.time=1-00:00:00")
-    assert p.returncode == 0, p.stderr
+def test_sbatch_passes_bash_n_and_asks_for_nodes_tasks_and_gpus(emitted):
+    p, run = emitted("slurm")
     script = run / "sbatch.sh"
     golden("sbatch.sh", script.read_text(), run)
     check = subprocess.run(["bash", "-n", script], capture_output=True, text=True)
@@ -115,11 +131,9 @@ def trainjob_model():
     return TrainerV1alpha1TrainJob
 
 
-def test_trainjob_validates_against_the_kubeflow_trainer_api_models(tmp_path):
+def test_trainjob_validates_against_the_kubeflow_trainer_api_models(emitted):
     TrainJob = trainjob_model()
-    p, run = emit(tmp_path, "kubeflow", *USER, "launch.image=registry.example/mens:0.1.0",
-                  "launch.namespace=ml", "launch.max_restarts=2")
-    assert p.returncode == 0, p.stderr
+    p, run = emitted("kubeflow")
     text = (run / "trainjob.yaml").read_text()
     golden("trainjob.yaml", text, run)
     raw = yaml.safe_load(text)
@@ -141,12 +155,11 @@ def test_trainjob_validates_against_the_kubeflow_trainer_api_models(tmp_path):
     no_secret(run, p.stdout)
 
 
-def test_the_api_models_catch_what_they_are_asked_to(tmp_path):
+def test_the_api_models_catch_what_they_are_asked_to(emitted):
     """The check above can fail: a misspelt key breaks the round trip, a wrong type raises."""
     import pydantic
     TrainJob = trainjob_model()
-    p, run = emit(tmp_path, "kubeflow", *USER, "launch.image=img:1")
-    assert p.returncode == 0, p.stderr
+    p, run = emitted("kubeflow")
     raw = yaml.safe_load((run / "trainjob.yaml").read_text())
     typo = {**raw, "spec": {**raw["spec"], "trainer": {**raw["spec"]["trainer"], "numNode": 2}}}
     assert TrainJob.from_dict(typo).to_dict() != typo
@@ -164,6 +177,7 @@ def test_the_api_models_catch_what_they_are_asked_to(tmp_path):
     ("kubeflow", ["+hw=cpu"], "launch.image"),
     ("slurm", ["launch.max_restarts=-1"], "launch.max_restarts"),
     ("slurm", ["-m", "hw.nodes=1,2"], "-m"),
+    ("slurm", ["hw.nodes=2"], "hw=auto"),   # this machine's tier is not the nodes'
 ])
 def test_config_errors_exit_2_with_one_paragraph_and_write_nothing(tmp_path, engine, args, key):
     p, run = emit(tmp_path, engine, *args)
@@ -171,3 +185,19 @@ def test_config_errors_exit_2_with_one_paragraph_and_write_nothing(tmp_path, eng
     (line,) = [s for s in p.stderr.splitlines() if s.startswith("mens: error (exit 2): ")]
     assert key in line and "Traceback" not in p.stderr
     assert not list(run.glob("*.sh")) and not (run / "trainjob.yaml").exists()
+
+
+def test_a_run_that_does_not_fit_is_refused_before_any_launcher_names_it(tmp_path):
+    p, run = emit(tmp_path, "slurm", "+hw=rtx4090", "hw.devices=1", "hw.nodes=2", "+rung=32b",
+                  "lane=full")
+    assert p.returncode == 3 and "refuses" in p.stderr
+    assert (run / "plan.json").exists() and not (run / "sbatch.sh").exists()
+
+
+def test_the_plan_beside_the_launcher_is_per_device_of_nodes_times_devices(emitted):
+    import json
+    p, run = emitted("slurm")
+    plan = json.loads((run / "plan.json").read_text())
+    assert (plan["hw"], plan["verdict"], plan["world_size"]) == ("h100", "fits", 16)
+    spec = yaml.safe_load((run / "spec.yaml").read_text())
+    assert (spec["hw"]["nodes"], spec["hw"]["devices"]) == (2, 8)
