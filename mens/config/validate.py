@@ -239,6 +239,8 @@ RANGES: dict[str, Range] = {
     "hw.tflops_bf16": _pos("dense bf16 TFLOPS for time estimates; null: unknown", "989"),
     "hw.bandwidth_gbs": _pos("memory bandwidth in GB/s (datasheet); null: unknown", "3350"),
     "hw.nodes": _count("nodes of the run (world size = hw.devices × hw.nodes)", "1"),
+    "launch.max_restarts": _nonneg("restarts torchrun makes of a failed group (each resumes "
+                                   "from the last checkpoint)", "1"),
     "cloud.mfu": Range(lo=0, hi=1, lo_open=True, example="0.35",
                        note="an assumed model FLOPs utilisation replacing the measured speed "
                             "model; null: the speed model"),

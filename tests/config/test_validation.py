@@ -32,6 +32,7 @@ BAD = [
     (["cloud.max_age_days=0"], "cloud.max_age_days"),
     (["cloud.top=0"], "cloud.top"),
     (["cloud.tokens=0"], "cloud.tokens"),
+    (["launch.max_restarts=-1"], "launch.max_restarts"),
     (["hw.headroom.advisory_frac=0"], "hw.headroom.advisory_frac"),
     (["hw.headroom.advisory_frac=1.5"], "hw.headroom.advisory_frac"),
     (["hw.headroom.reserve_gb=-1"], "hw.headroom.reserve_gb"),
