@@ -45,6 +45,19 @@ class HeadroomPolicy:
 
 
 @dataclass
+class LinkConfig:
+    # How a tier's devices talk, for the gradient traffic in the step time (mens.plan.comm):
+    # figures from datasheets, cited in each conf/hw file; a cluster's own can be given.
+    intra: str = ""                      # within a node, e.g. "NVLink 4 (NVSwitch)", "PCIe Gen4 x16"
+    intra_gbs: Optional[float] = None    # GB/s per device per direction; null: unknown (no comm time)
+    inter: str = ""                      # between nodes, e.g. "8 × InfiniBand NDR 400 Gb/s"
+    inter_gbs: Optional[float] = None    # GB/s per node per direction, all its NICs; null: unknown
+    # ASSUMED share of those figures a ring collective achieves (NCCL's bus bandwidth): 0.8,
+    # the sources in mens/plan/comm.py; 1.0 when intra_gbs / inter_gbs are measured busbw
+    efficiency: float = 0.8
+
+
+@dataclass
 class HwConfig:
     name: str = MISSING
     backend: str = MISSING        # auto | cuda | mps | cpu
@@ -55,6 +68,7 @@ class HwConfig:
     bandwidth_gbs: Optional[float] = None  # memory bandwidth GB/s (datasheet); null = unknown
     lightning: LightningDefaults = field(default_factory=LightningDefaults)
     headroom: HeadroomPolicy = field(default_factory=HeadroomPolicy)
+    link: LinkConfig = field(default_factory=LinkConfig)   # device-to-device links (comm time)
     # Several devices (mens.plan.planner plans per device; mens.train.strategy runs it):
     devices: Any = AUTO    # per node: auto = every visible accelerator of the backend (CPU: 1 process)
     nodes: int = 1         # SLURM / torchrun nodes; world size = devices × nodes
