@@ -28,7 +28,7 @@ from pathlib import Path
 import yaml
 from omegaconf import DictConfig
 
-from mens.cloud.catalog import TIER_OF, Offer, catalog_path, find, load, select
+from mens.cloud.catalog import TIER_OF, Offer, catalog_path, find, load, network, select
 from mens.config.objectives import label as lane_label
 from mens.errors import ConfigError, EXIT_OK, PlanRefused
 # SECRETS: passed by name (`sky launch --secret NAME`), the names every mens launcher passes
@@ -234,8 +234,10 @@ def launch_run(cfg: DictConfig, out_dir: Path) -> int:
     if cfg.cloud.spot and o.spot_price_hour is None:
         raise ConfigError(f"cloud.spot=true but offer {o.id} has no spot price in the catalogue: "
                           f"choose an offer with one, or cloud.spot=false.", key="cloud.spot")
-    planned = offer_config(cfg, o.tier, o.count)
-    planned.hw.nodes = cfg.hw.nodes   # the offer is one node's GPUs; the run has hw.nodes of them
+    # the offer is one node's GPUs; the run has hw.nodes of them, over the provider's network
+    # between nodes: the same plan `mens cloud estimate` priced
+    net = network(o.provider, o.gpu) if cfg.hw.nodes > 1 else None
+    planned = offer_config(cfg, o.tier, o.count, net)
     spec, plan = plan_run(planned, out_dir, "plan")   # refuses: exit 3
     run = RunDir(out_dir)
     task = task_yaml(cfg, o, spec, out_dir)
