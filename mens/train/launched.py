@@ -16,12 +16,20 @@ The run dir is agreed without talking: every rank, and every elastic restart, de
 the launch (`default_run_dir`) unless `hydra.run.dir` names it. Rank 0 alone writes there (the
 others get `hydra.output_subdir=null` and no log file); a restart cannot ask the rank 0 that
 died, which is why the name is derived and not broadcast. A launch is told apart by its
-identity (`Launched.launch_id`): torchrun's run id plus its agent store's address, which stays
-the same across the restarts of one `torchrun` and changes with the next; SLURM's job and step
-(a requeued job keeps them). A dir trained by the same launch with a checkpoint is resumed
-(`attempt`); one trained by another launch is refused (exit 2). torchrun's own
-TORCHELASTIC_RESTART_COUNT cannot decide this: it counts one agent's restarts, and the agent
-whose worker did not fail restarts it with the count still 0 (seen here, two-node c10d).
+identity (`Launched.launch_id`): torchrun's `--rdzv-id` (a uuid under --standalone and on one
+node), SLURM's job and step (a requeued job keeps them). A dir trained by the same launch with a
+checkpoint is resumed (`attempt`); one trained by another launch is refused (exit 2).
+torchrun's own TORCHELASTIC_RESTART_COUNT cannot decide this: it counts one agent's restarts,
+and the agent whose worker did not fail restarts it with the count still 0 (seen here, two-node
+c10d). With torchrun's default `--rdzv-id` (the word "none") the launch is named by its store's
+address, which lasts one rendezvous round only: fine without restarts, so `--max-restarts`
+asks for a real `--rdzv-id` (`check_restarts`, exit 2).
+
+Restarts also need TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 in torchrun's environment: with the
+store the agent shares with its workers (the default since torch 2.4), a restarted group reads
+the previous round's keys — seen here: rank 0 dialled the killed rank 1's old gloo address and
+rank 1 hung in init (pytorch/pytorch#135712). mens cannot fix that from inside a worker, so it
+refuses the combination before training rather than hang at the first restart.
 """
 from __future__ import annotations
 
@@ -48,6 +56,8 @@ class Launched:
     per_node: int | None      # processes per node (None: the launcher did not say)
     nodes: int | None
     launch_id: str | None     # the same in every rank and every restart of one launch
+    max_restarts: int = 0     # torchrun --max-restarts
+    shared_store: bool = False   # torchrun's workers use its agent's store (TCPStore sharing)
 
     @property
     def label(self) -> str:
@@ -64,11 +74,13 @@ def launched(env: Mapping[str, str] | None = None) -> Launched | None:
     """The launcher's world, or None when mens itself starts the ranks (or there is one)."""
     env = os.environ if env is None else env
     if env.get("TORCHELASTIC_RUN_ID") is not None:   # torch.distributed.is_torchelastic_launched
-        per_node = _int(env, "LOCAL_WORLD_SIZE")
+        run_id = env["TORCHELASTIC_RUN_ID"]
         return Launched("torchrun", _int(env, "RANK") or 0, _int(env, "WORLD_SIZE") or 1,
-                        per_node, _int(env, "GROUP_WORLD_SIZE"),
-                        f"{env['TORCHELASTIC_RUN_ID']}@{env.get('MASTER_ADDR')}:"
-                        f"{env.get('MASTER_PORT')}")
+                        _int(env, "LOCAL_WORLD_SIZE"), _int(env, "GROUP_WORLD_SIZE"),
+                        run_id if run_id != "none" else
+                        f"none@{env.get('MASTER_ADDR')}:{env.get('MASTER_PORT')}",
+                        _int(env, "TORCHELASTIC_MAX_RESTARTS") or 0,
+                        env.get("TORCHELASTIC_USE_AGENT_STORE") == "True")
     if "SLURM_NTASKS" in env and env.get("SLURM_JOB_NAME") not in ("bash", "interactive"):
         world = _int(env, "SLURM_NTASKS") or 1
         nodes = _int(env, "SLURM_NNODES") or _int(env, "SLURM_JOB_NUM_NODES")
@@ -129,9 +141,8 @@ def expect(cfg, world: Launched) -> None:
 def default_run_dir(world: Launched, name: str) -> str:
     """outputs/<launcher>-<id>_<name>: the same in every rank and restart of one launch."""
     if world.launcher == "torchrun":
-        run_id, _, store = world.launch_id.partition("@")
-        # torchrun's default --rdzv-id is the word "none": the agent store names the launch
-        ident = store.replace(":", "-") if run_id == "none" else run_id
+        # torchrun's default --rdzv-id is the word "none": the store's address names the launch
+        ident = world.launch_id.removeprefix("none@").replace(":", "-")
     elif world.launcher == "slurm" and world.launch_id:
         ident = world.launch_id
     else:
@@ -140,6 +151,26 @@ def default_run_dir(world: Launched, name: str) -> str:
             f"TORCHELASTIC_RUN_ID, no SLURM_JOB_ID), and every rank must write into the same "
             f"one: set hydra.run.dir=<a path every rank sees>.", key="hydra.run.dir")
     return f"outputs/{world.launcher}-{re.sub(r'[^A-Za-z0-9._-]+', '_', ident)}_{name}"
+
+
+def check_restarts(world: Launched) -> None:
+    """torchrun --max-restarts resumes only with a job id that outlives a round and with the
+    agent's store unshared (see the module doc): exit 2 naming the fix, before training."""
+    if world.launcher != "torchrun" or not world.max_restarts:
+        return
+    if world.launch_id.startswith("none@"):
+        raise ConfigError(
+            f"torchrun --max-restarts={world.max_restarts} without --rdzv-id: a restarted group "
+            f"finds its run by the launch's job id, and torchrun's default names none. Launch "
+            f"with --rdzv-id=<an id unique to this job> (--standalone picks one).",
+            key="--rdzv-id")
+    if world.shared_store:
+        raise ConfigError(
+            f"torchrun --max-restarts={world.max_restarts} with the store its agent shares with "
+            f"the workers (torch's default): a restarted group reads the previous round's keys "
+            f"and hangs or dials a dead rank (pytorch/pytorch#135712). Set "
+            f"TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 in torchrun's environment.",
+            key="TORCH_DISABLE_SHARE_RDZV_TCP_STORE")
 
 
 def hydra_args(argv: list[str], name: str, world: Launched | None = None) -> list[str]:
@@ -156,8 +187,12 @@ def hydra_args(argv: list[str], name: str, world: Launched | None = None) -> lis
                 f"each of them for a sweep: drop -m and launch one run per job, or sweep with "
                 f"hydra/launcher=mens_slurm, which starts each job's ranks itself.", key="-m")
         return argv
+    check_restarts(world)
     argv = list(argv)
-    if not any(a.startswith(("hydra.run.dir=", "resume=")) for a in argv):
+    # one SLURM task (`python -m mens` in an sbatch script, no srun) has no ranks to agree
+    # with: Hydra's dated dir, as without a launcher
+    agree = world.world_size > 1 or world.launcher == "torchrun"
+    if agree and not any(a.startswith(("hydra.run.dir=", "resume=")) for a in argv):
         argv.append(f"hydra.run.dir={default_run_dir(world, name)}")
     if world.rank > 0:
         for extra in ("hydra.output_subdir=null", "hydra/job_logging=none",
