@@ -238,11 +238,11 @@ def _fit_and_finish(trainer, module, data, model, tokenizer, spec, plan, run, te
     tokens, secs = steps.trained_tokens, steps.train_seconds
     summary = _summary(spec, plan, base_eval, after, trainer, duration, trainable, total,
                        train_peak, meter.kind)
-    # real tokens trained by every rank (summed at each step) per second of this session's
-    # steps (from the first step's start: set-up and the ranks' start excluded)
     # who started the ranks, as Lightning saw it (TorchElasticEnvironment, SLURMEnvironment,
     # LightningEnvironment: mens's own launcher); none for one device
     cluster = getattr(trainer.strategy, "cluster_environment", None)
+    # real tokens trained by every rank (summed at each step) per second of this session's
+    # steps (from the first step's start: set-up and the ranks' start excluded)
     summary.update(world_size=size, strategy=strategy, train_tokens=tokens,
                    cluster_environment=type(cluster).__name__ if cluster is not None else None,
                    tokens_per_sec=round(tokens / secs, 1) if secs > 0 else None)
