@@ -61,7 +61,7 @@ def free_port(lo: int = 20000, hi: int = 30000) -> int:
 
 class Group:
     """Processes this test started, each in its own session: waited for, and on the way out
-    every one still running killed by its process group id (a torchrun and its worker)."""
+    every one still running killed, its workers first (a torchrun and its worker)."""
     def __init__(self, cwd: Path):
         self.cwd, self.procs = cwd, []
 
@@ -85,8 +85,20 @@ class Group:
         return self
 
     def __exit__(self, *exc):
+        import psutil
+
         for p, _ in self.procs:
             if p.poll() is None:
+                # torchrun's workers live in sessions of their own: killed by pid, then it
+                try:
+                    workers = psutil.Process(p.pid).children(recursive=True)
+                except psutil.Error:
+                    workers = []
+                for w in workers:
+                    try:
+                        w.kill()
+                    except psutil.Error:
+                        pass
                 os.killpg(p.pid, signal.SIGKILL)
                 p.wait()
 
