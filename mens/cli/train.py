@@ -2,9 +2,14 @@
 
 `rerun=<run dir>` re-launches a run from its spec.yaml (or its first telemetry row) into a new
 run dir; `resume=<run dir>` continues that run, in place, from its last checkpoint.
+
+Under a launcher (torchrun, srun: mens.train.launched) the same command is one rank of the run:
+hw.nodes/hw.devices are checked against the launcher's world, every rank trains into the run
+dir the launch names, and an elastic restart of the same launch resumes from last.ckpt.
 """
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 from omegaconf import DictConfig
@@ -14,14 +19,39 @@ from mens.errors import EXIT_OK, ConfigError
 
 
 def task(cfg: DictConfig, out_dir: Path) -> int:
-    from mens.plan.output import plan_run
     from mens.plan.spec import load_rerun
-    from mens.train.run import train_run
+    from mens.train.launched import attempt, expect, launched
 
     resume, source = cfg.resume, cfg.rerun or cfg.resume
     if source:
         _no_other_overrides("resume" if resume else "rerun")
         cfg = load_rerun(source)
+    world = launched()
+    if world is not None and not source and attempt(out_dir, world):
+        # torchrun restarted the group (--max-restarts): this launch's run, from its checkpoint
+        print(f"mens: note: {world.label} restarted this launch: resuming {out_dir} from "
+              f"{out_dir / 'checkpoints' / 'last.ckpt'}", file=sys.stderr)
+        resume = source = str(out_dir)
+        cfg = load_rerun(source)
+    if world is not None:
+        expect(cfg, world)   # hw.nodes / hw.devices against the launcher's world: exit 2
+        if world.rank > 0:   # rank 0 prints the plan and the outcome (stderr stays visible)
+            return _quiet(lambda: _train(cfg, out_dir, resume, source))
+    return _train(cfg, out_dir, resume, source)
+
+
+def _quiet(fn):
+    import contextlib
+    import os
+
+    with open(os.devnull, "w") as null, contextlib.redirect_stdout(null):
+        return fn()
+
+
+def _train(cfg, out_dir: Path, resume, source) -> int:
+    from mens.plan.output import plan_run
+    from mens.train.run import train_run
+
     if resume:
         out_dir = Path(resume)   # continue in place
     spec, plan = plan_run(cfg, out_dir, "train", write=not resume)
@@ -36,7 +66,6 @@ def task(cfg: DictConfig, out_dir: Path) -> int:
 
 def _data_changes(spec, source: str, out_dir: Path, write: bool):
     """A rerun/resume whose data files changed since the run: said, and kept in the notes."""
-    import sys
     from dataclasses import replace
 
     from mens.data.select import lock_changes
@@ -70,4 +99,12 @@ def _no_other_overrides(what: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from mens.cli.app import print_error
+    from mens.train.launched import hydra_args
+
+    try:   # a launched rank: the launch's run dir, and rank 0 alone writes there
+        argv = hydra_args(list(sys.argv[1:] if argv is None else argv), "train")
+    except ConfigError as e:
+        print_error(e)
+        return e.code
     return run(task, argv=argv, name="train")

@@ -50,7 +50,12 @@ class Row(TypedDict):
     time: float                              # unix seconds, when written
 
 
-class TrainStart(Row):
+class Launch(TypedDict, total=False):
+    launch: dict          # the launcher that started the ranks: launcher, id, world_size, nodes,
+    #                       per_node (mens.train.launched); absent when mens started them
+
+
+class TrainStart(Row, Launch):
     spec: dict
     plan: dict
     git: dict
@@ -62,7 +67,7 @@ class TrainStart(Row):
     strategy: str
 
 
-class Resume(Row):
+class Resume(Row, Launch):
     checkpoint: str
     world_size: int
 

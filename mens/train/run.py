@@ -50,6 +50,7 @@ def train_run(spec, plan, out_dir: Path, resume: bool = False,
     from mens.train.router import RouterAux
     from mens.train.attention import window_masks
     from mens.train import allocator
+    from mens.train.launched import launched
     from mens.train.strategy import RUN_DIR_ENV, release, world
     from mens.train.trainer import build_trainer, quiet_libraries
 
@@ -71,13 +72,16 @@ def train_run(spec, plan, out_dir: Path, resume: bool = False,
     run = RunDir(out_dir)
     tel = Telemetry(run.telemetry)
     notes = list(spec.notes)
+    # the launcher that started the ranks (torchrun, srun), if not mens: its launch identity is
+    # how an elastic restart knows this run is its own (mens.train.launched.attempt)
+    launch = {"launch": w.record()} if (w := launched()) is not None else {}
     if not resume:
         tel.emit(Event.TRAIN_START, spec=spec.to_dict(), plan=plan.to_dict(), git=git_commit(),
                  versions=spec.versions, host=host(), argv=sys.argv, allocator=heap,
-                 world_size=size, strategy=strategy)
+                 world_size=size, strategy=strategy, **launch)
     else:
         _same_world(run, size)
-        tel.emit(Event.RESUME, checkpoint=str(run.last_checkpoint), world_size=size)
+        tel.emit(Event.RESUME, checkpoint=str(run.last_checkpoint), world_size=size, **launch)
     for n in notes:
         if n.startswith(Event.GPU_FALLBACK):
             print(f"mens: {n}", file=sys.stderr)
@@ -234,9 +238,13 @@ def _fit_and_finish(trainer, module, data, model, tokenizer, spec, plan, run, te
     tokens, secs = steps.trained_tokens, steps.train_seconds
     summary = _summary(spec, plan, base_eval, after, trainer, duration, trainable, total,
                        train_peak, meter.kind)
+    # who started the ranks, as Lightning saw it (TorchElasticEnvironment, SLURMEnvironment,
+    # LightningEnvironment: mens's own launcher); none for one device
+    cluster = getattr(trainer.strategy, "cluster_environment", None)
     # real tokens trained by every rank (summed at each step) per second of this session's
     # steps (from the first step's start: set-up and the ranks' start excluded)
     summary.update(world_size=size, strategy=strategy, train_tokens=tokens,
+                   cluster_environment=type(cluster).__name__ if cluster is not None else None,
                    tokens_per_sec=round(tokens / secs, 1) if secs > 0 else None)
     if oracle:
         flags = oracle.pop("flags", None)             # grpo's health flags (its measure only)
