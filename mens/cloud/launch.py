@@ -164,12 +164,13 @@ def multi_node_run(name: str, cfg: DictConfig, mens_args: str) -> list[str]:
     """torchrun over SkyPilot's node variables: node 0 (the first of SKYPILOT_NODE_IPS) holds
     the c10d store; each node starts SKYPILOT_NUM_GPUS_PER_NODE processes. The arguments stay
     unquoted variables so that the remote shell expands them."""
-    from mens.launch.torchrun import torchrun_args
+    from mens.launch.torchrun import restart_env, torchrun_args
 
     args = torchrun_args("$SKYPILOT_NUM_NODES", "$SKYPILOT_NUM_GPUS_PER_NODE",
                          "$SKYPILOT_NODE_RANK", f"$MENS_RDZV_HOST:{RDZV_PORT}", name,
                          int(cfg.launch.max_restarts))
     return ['MENS_RDZV_HOST=$(echo "$SKYPILOT_NODE_IPS" | head -n1)',
+            *(f"export {kv}" for kv in restart_env(int(cfg.launch.max_restarts))),
             " ".join([*args, "-m", "mens", mens_args])]
 
 

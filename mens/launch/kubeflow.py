@@ -18,6 +18,7 @@ import yaml
 
 from mens.errors import ConfigError
 from mens.launch.common import SECRETS, Launch
+from mens.launch.torchrun import RESTART_ENV
 
 FILE = "trainjob.yaml"
 API_VERSION = "trainer.kubeflow.org/v1alpha1"
@@ -40,9 +41,10 @@ def trainjob(launch: Launch) -> dict:
             "launch` writes to a run dir's wheel/) and set launch.image=<registry>/<image>:<tag>.",
             key="launch.image")
     run_dir = f"{str(lc.run_root).rstrip('/')}/{launch.name}"
-    command = ["torchrun"]
-    if lc.max_restarts:
-        command.append(f"--max-restarts={lc.max_restarts}")
+    command, env = ["torchrun"], []
+    if lc.max_restarts:   # a restarted group finds its run by the job id (mens.train.launched)
+        command += [f"--max-restarts={lc.max_restarts}", f"--rdzv-id={job_name(launch)}"]
+        env = [{"name": RESTART_ENV, "value": "1"}]
     trainer: dict = {
         "image": str(lc.image),
         "numNodes": launch.nodes,
@@ -50,7 +52,7 @@ def trainjob(launch: Launch) -> dict:
         "command": [*command, "-m", "mens"],
         "args": launch.overrides(run_dir),
         "env": [{"name": name, "valueFrom": {"secretKeyRef": {
-            "name": str(lc.secret), "key": name, "optional": True}}} for name in SECRETS],
+            "name": str(lc.secret), "key": name, "optional": True}}} for name in SECRETS] + env,
     }
     if launch.gpu:   # Kubernetes quantities are strings
         trainer["resourcesPerNode"] = {"limits": {GPU: str(launch.devices)}}

@@ -35,6 +35,17 @@ def endpoint(launch: Launch) -> str:
     return f"127.0.0.1:{RDZV_PORT}"
 
 
+# torchrun --max-restarts resumes only with the agent's store unshared (mens.train.launched,
+# pytorch/pytorch#135712): a restarting launch sets this in torchrun's environment, or mens
+# exits 2 before training
+RESTART_ENV = "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"
+
+
+def restart_env(max_restarts: int) -> list[str]:
+    """`NAME=1` words to put before torchrun when it may restart the group; none otherwise."""
+    return [f"{RESTART_ENV}=1"] if max_restarts else []
+
+
 def torchrun_args(nnodes: str, nproc: str, node_rank: str, rdzv_endpoint: str, rdzv_id: str,
                   max_restarts: int) -> list[str]:
     """torchrun's flags (strings: sky.yaml passes $SKYPILOT_* variables through them too)."""
@@ -57,6 +68,7 @@ def lines(launch: Launch) -> list[list[str]]:
 def render(launch: Launch) -> str:
     out = [f"# mens launch torchrun: {launch.nodes} node(s) × {launch.devices} process(es); run "
            f"line i on node i (c10d store on node 0 at {endpoint(launch)})."]
+    env = restart_env(int(launch.cfg.launch.max_restarts))
     for rank, argv in enumerate(lines(launch)):
-        out += [f"# node {rank}", shlex.join(argv)]
+        out += [f"# node {rank}", shlex.join([*env, *argv])]
     return "\n".join(out) + "\n"

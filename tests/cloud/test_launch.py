@@ -117,6 +117,8 @@ def test_two_nodes_ask_skypilot_for_num_nodes_and_run_torchrun_over_its_variable
            "PATH": os.environ["PATH"]}
     *head, line = task["run"].splitlines()
     assert shlex.split(line)[0] == "torchrun"
+    # --max-restarts: the store unshared, or mens exits 2 (mens.train.launched)
+    assert "export TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1" in head
     script = "\n".join([*head, "printf '%s\\n' " + line])
     argv = subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True,
                           check=True).stdout.splitlines()

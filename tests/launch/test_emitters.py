@@ -83,8 +83,9 @@ def test_torchrun_one_line_per_node_read_by_torchruns_own_parser(emitted):
     lines = [line for line in text.splitlines() if not line.startswith("#")]
     assert len(lines) == 2                                    # hw.nodes
     for rank, line in enumerate(lines):
-        argv = shlex.split(line)
-        assert argv[0] == "torchrun"
+        env, argv = shlex.split(line)[:1], shlex.split(line)[1:]
+        # --max-restarts: the store unshared, or mens exits 2 (mens.train.launched)
+        assert env == ["TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1"] and argv[0] == "torchrun"
         a = get_args_parser().parse_args(argv[1:])
         assert (a.nnodes, a.nproc_per_node, a.node_rank) == ("2", "8", rank)
         assert (a.rdzv_backend, a.rdzv_endpoint, a.rdzv_id) == ("c10d", "node0:29400", "run-1")
@@ -99,6 +100,7 @@ def test_torchrun_on_one_node_needs_no_endpoint_and_no_restarts_flag(tmp_path):
     (line,) = [s for s in (run / "torchrun.sh").read_text().splitlines() if s[0] != "#"]
     assert "--nnodes=1 --nproc-per-node=2 --node-rank=0" in line
     assert "--rdzv-endpoint=127.0.0.1:29500" in line and "--max-restarts" not in line
+    assert line.startswith("torchrun ")   # no restarts: torch's default store is fine
 
 
 def test_sbatch_passes_bash_n_and_asks_for_nodes_tasks_and_gpus(emitted):
@@ -146,11 +148,16 @@ def test_trainjob_validates_against_the_kubeflow_trainer_api_models(emitted):
     assert (t.num_nodes, t.num_proc_per_node) == (2, 8)
     assert t.resources_per_node.limits["nvidia.com/gpu"].actual_instance == "8"
     # the trainer sets PET_NNODES, PET_NODE_RANK… which torchrun reads as its flags
-    assert t.command == ["torchrun", "--max-restarts=2", "-m", "mens"]
+    # --max-restarts: a job id that outlives a round, and the store unshared (mens.train.launched)
+    assert t.command == ["torchrun", "--max-restarts=2", "--rdzv-id=" + job.metadata.name,
+                         "-m", "mens"]
     # the user's overrides; the run dir is the pods' (launch.run_root), not this machine's
     assert t.args == [*USER, "hydra.run.dir=/mnt/mens/outputs/run-1"]
-    refs = {e.name: e.value_from.secret_key_ref for e in t.env}
-    assert set(refs) == {"HF_TOKEN", "WANDB_API_KEY"} and all(e.value is None for e in t.env)
+    assert {e.name: e.value for e in t.env if e.value_from is None} == {
+        "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
+    refs = {e.name: e.value_from.secret_key_ref for e in t.env if e.value_from is not None}
+    assert set(refs) == {"HF_TOKEN", "WANDB_API_KEY"}
+    assert all(e.value is None for e in t.env if e.name in refs)
     assert {r.name for r in refs.values()} == {"mens-secrets"}
     no_secret(run, p.stdout)
 
