@@ -231,7 +231,8 @@ def violations_errors(g: Graph) -> list[str]:
 # The package order, lowest first: data flows up this list (a run dir is read by everyone; a model
 # comes from source; data is read before synthesis curates it; the plan reads both; stages above).
 ORDER = (("errors", "resources", "run"), ("config",), ("source",), ("data",), ("synth",),
-         ("plan",), ("model",), ("objective",), ("train", "export", "serve", "calibrate", "cloud"),
+         ("plan",), ("model",), ("objective",),
+         ("train", "export", "serve", "calibrate", "cloud", "launch"),
          ("compare", "eval"), ("gate", "push"), ("recommend",), ("ladder",), ("afk",), ("studio",),
          ("cli",))
 LEVEL = {pkg: i for i, level in enumerate(ORDER) for pkg in level}

@@ -18,6 +18,7 @@ from mens.errors import ConfigError, DataError
 from mens.resources import ASSETS
 
 SHIPPED = ASSETS / "cloud" / "offers.csv"
+NETWORK = ASSETS / "cloud" / "network.csv"   # each provider's network between nodes, cited
 COLUMNS = ("provider", "gpu", "count", "gpu_memory_gb", "vcpus", "ram_gb", "price_hour",
            "spot_price_hour", "region", "date", "source")
 PROVIDERS = ("runpod", "vast", "gcp", "lambda", "aws")   # SkyPilot's cloud names (`infra:`)
@@ -296,3 +297,14 @@ def _offers_of(cloud: str, rows: list[dict]):
         hs, s = _f(r.get("SpotPrice")), _f(a.get("SpotPrice"))
         yield (n, r, gpu_of_family[family], count, _f(r.get("vCPUs")), _f(r.get("MemoryGiB")),
                host + price, hs + s if hs is not None and s is not None else None)
+
+
+def network(provider: str, gpu: str, path: Path = NETWORK) -> dict | None:
+    """The network between two of a provider's nodes of this GPU (network.csv: `inter`,
+    `inter_gbs` GB/s per node and direction, `source`), the first matching row (`*`: any GPU);
+    None when the provider has none."""
+    lines = [ln for ln in path.read_text().splitlines() if ln.strip() and not ln.startswith("#")]
+    for r in csv.DictReader(lines):
+        if r["provider"] == provider and r["gpu"] in (gpu, "*"):
+            return {"inter": r["inter"], "inter_gbs": float(r["inter_gbs"]), "source": r["source"]}
+    return None

@@ -30,9 +30,10 @@ from mens.plan.speed import Cost
 ESTIMATE = "estimate.json"
 
 
-def offer_config(cfg: DictConfig, tier: str, count: int) -> DictConfig:
+def offer_config(cfg: DictConfig, tier: str, count: int, net: dict | None = None) -> DictConfig:
     """cfg as if composed with `+hw=<tier> hw.devices=<count>` (the user's other overrides kept;
-    their hw.* keys, if any, belong to their own machine and are replaced)."""
+    their hw.* keys, if any, belong to their own machine and are replaced, but hw.nodes: the
+    offer × that many nodes, over the provider's network `net` (catalog.network))."""
     from mens.config import schema
     from mens.resources import option_path
 
@@ -40,18 +41,23 @@ def offer_config(cfg: DictConfig, tier: str, count: int) -> DictConfig:
     hw = OmegaConf.merge(OmegaConf.structured(schema.HwConfig), OmegaConf.load(option_path("hw", tier)))
     if "devices" in hw:
         hw.devices = count
+    hw.nodes = cfg.hw.nodes
+    if net and hw.nodes > 1:   # across nodes: the provider's network, not the tier's typical one
+        hw.link.inter, hw.link.inter_gbs = net["inter"], net["inter_gbs"]
     c.hw = hw
     return c
 
 
-def plan_on(cfg: DictConfig, tier: str, count: int, cache: dict | None = None):
-    """(spec, plan) of cfg on `count` devices of `tier` (cached per tier × count)."""
+def plan_on(cfg: DictConfig, tier: str, count: int, cache: dict | None = None,
+            net: dict | None = None):
+    """(spec, plan) of cfg on `count` devices of `tier` (× hw.nodes over `net`; cached per
+    tier × count × network)."""
     from mens.plan.spec import compile_run
 
-    key = (tier, count)
+    key = (tier, count, (net or {}).get("inter_gbs"))
     if cache is not None and key in cache:
         return cache[key]
-    out = compile_run(offer_config(cfg, tier, count), "plan")
+    out = compile_run(offer_config(cfg, tier, count, net), "plan")
     if cache is not None:
         cache[key] = out
     return out
@@ -74,7 +80,9 @@ def rate(cfg: DictConfig, spec, plan) -> tuple[Cost | None, str]:
         cost = objective_cost(Arch.of(spec.rung), lane, plan.shape, spec.hw.tflops_bf16,
                               getattr(spec.hw, "bandwidth_gbs", None),
                               getattr(plan, "world_size", 1), {"assumed_mfu": mfu},
-                              roofline=False, assumed_from="cloud.mfu")
+                              roofline=False, assumed_from="cloud.mfu",
+                              comm_s=(getattr(plan, "communication", None) or {}).get(
+                                  "s_per_micro_step") or 0.0)   # the plan's, as without mfu
         return cost, f"ASSUMED {mfu:.0%} MFU of the tier's dense bf16 TFLOPS (cloud.mfu)"
     return cost_of(plan), (plan.speed or {}).get("how", "")
 
@@ -87,13 +95,17 @@ def shape_of(plan) -> dict:
 
 def estimate_offer(cfg: DictConfig, o: Offer, tokens: dict, cache: dict, today) -> dict:
     c = cfg.cloud
-    rec = {**o.to_dict(), "tier": o.tier, "reasons": []}
+    from mens.cloud.catalog import network
+    nodes = int(cfg.hw.nodes)
+    net = network(o.provider, o.gpu) if nodes > 1 else None
+    rec = {**o.to_dict(), "tier": o.tier, "nodes": nodes, "network": net, "reasons": []}
     try:
-        spec, plan = plan_on(cfg, o.tier, o.count, cache)
+        spec, plan = plan_on(cfg, o.tier, o.count, cache, net)
     except MensError as e:   # e.g. QLoRA unsupported: the offer is unusable, said why
         rec.update(fits=False, per_device_peak_gb=None, est_hours=None, est_cost_usd=None,
                    tokens_per_s=None, row_tokens_per_s=None, speed_how=None, objective=None,
-                   spot_cost_usd=None, strategy=None, world_size=o.count, shape=None)
+                   spot_cost_usd=None, strategy=None, world_size=o.count, shape=None,
+                   communication=None)
         rec["reasons"].append(f"cannot plan: {e.message}")
         return rec
     world = getattr(plan, "world_size", 1)
@@ -108,16 +120,23 @@ def estimate_offer(cfg: DictConfig, o: Offer, tokens: dict, cache: dict, today) 
         per_device_peak_gb=round(plan.peak_bytes / GiB, 3),
         budget_gb=round(plan.budget_bytes / GiB, 3), shape=shape_of(plan),
         est_hours=None if hours_ is None else float(f"{hours_:.4g}"),   # 4 significant digits
-        est_cost_usd=None if hours_ is None else round(hours_ * o.price_hour, 2),
+        est_cost_usd=None if hours_ is None else round(hours_ * o.price_hour * nodes, 2),
         spot_cost_usd=None if hours_ is None or o.spot_price_hour is None
-        else round(hours_ * o.spot_price_hour, 2))
+        else round(hours_ * o.spot_price_hour * nodes, 2),
+        communication=comm_summary(plan))
     if not plan.fits:
         rec["reasons"].append(
             f"does not fit: {plan.peak_bytes / GiB:.1f} GiB per device predicted (smallest "
             f"shape tried) > {plan.budget_bytes / GiB:.1f} GiB budget on {o.tier}")
-    if world != o.count:   # the planner did not plan every GPU of the offer
+    if world != o.count * nodes:   # the planner did not plan every GPU of the offer
         rec["reasons"].append(f"planned for {world} of its {o.count} GPUs (this mens plans "
                               f"one device per run)")
+    cm = rec["communication"]
+    if cm and cm.get("share") is not None:
+        rec["reasons"].append(f"communication {cm['share']:.0%} of the step: ~"
+                              f"{cm['speedup_vs_one_device']:.1f}× one GPU of {cm['linear']}")
+    if net:
+        rec["reasons"].append(f"× {nodes} nodes over {net['inter']} ({net['source']})")
     if not spec.hw.bf16:
         rec["reasons"].append(f"no bf16 on {o.tier}: fp32 training (slower, larger)")
     if o.spot_price_hour is not None:
@@ -162,8 +181,11 @@ def estimate(cfg: DictConfig, today: dt.date | None = None) -> dict:
         "speed": speed_lines(rows),
         "objective": objective_lines(cfg, base_spec, base_plan),
         "assumptions": [
-            "throughput scales linearly with the offer's GPU count (an ASSUMPTION: "
-            "communication is not modelled in time)",
+            "several GPUs: the gradient communication is in the time (mens.plan.comm: DDP's "
+            "all-reduce, FSDP2's all-gathers and reduce-scatters over the tier's link within a "
+            "node and the provider's network across nodes, network.csv), at hw.link.efficiency "
+            "of the cited figures and with no overlap with compute (an ASSUMPTION, "
+            "conservative; per offer: `communication` in estimate.json)",
             f"{c.setup_hours:g} h of set-up and model download per run (cloud.setup_hours)",
             "training tokens: " + tok["how"] + (" (an ESTIMATE)" if tok["estimate"] else ""),
             "prices: the catalogue's rows, per hour for the whole offer, as dated",
@@ -171,6 +193,17 @@ def estimate(cfg: DictConfig, today: dt.date | None = None) -> dict:
         "skipped_no_tier": skipped,
         "offers": rows,
     }
+
+
+def comm_summary(plan) -> dict | None:
+    """An offer's communication, short: seconds per micro-step, its share and the speed-up
+    (the plan's `communication`, mens.plan.comm)."""
+    c = getattr(plan, "communication", None)
+    if not c:
+        return None
+    keys = ("strategy", "world", "nodes", "bus_gbs", "bus_how", "s_per_micro_step", "share",
+            "speedup_vs_one_device", "speedup_vs_one_node", "linear")
+    return {k: c[k] for k in keys if k in c}
 
 
 def speed_lines(rows: list[dict]) -> list[str]:

@@ -7,7 +7,10 @@ devices). The remote installs the very mens that planned the run — the synced 
 wheel of the installed package shipped with the task (mens.cloud.wheel) — and gets HF_TOKEN and
 WANDB_API_KEY as SkyPilot secrets by name. The remote command is `python -m mens rerun=<that run dir>`: the remote re-plans the
 same pinned shape and refuses (exit 3) if it does not fit there, rather than deriving another —
-the estimate that rented the GPU and the run on it cannot disagree.
+the estimate that rented the GPU and the run on it cannot disagree. With hw.nodes>1 the task
+asks SkyPilot for that many nodes of the offer (`num_nodes`) and the run is that command under
+torchrun over SKYPILOT_NODE_IPS / SKYPILOT_NODE_RANK / SKYPILOT_NUM_NODES /
+SKYPILOT_NUM_GPUS_PER_NODE (c10d store on the first node; launch.max_restarts).
 
 With SkyPilot installed (`pip install 'mens-compiler[cloud]'`) and credentials for the provider, it runs
 `sky launch`; otherwise it prints the command and exits 0. Nothing here touches the network
@@ -25,9 +28,11 @@ from pathlib import Path
 import yaml
 from omegaconf import DictConfig
 
-from mens.cloud.catalog import TIER_OF, Offer, catalog_path, find, load, select
+from mens.cloud.catalog import TIER_OF, Offer, catalog_path, find, load, network, select
 from mens.config.objectives import label as lane_label
 from mens.errors import ConfigError, EXIT_OK, PlanRefused
+# SECRETS: passed by name (`sky launch --secret NAME`), the names every mens launcher passes
+from mens.launch.common import RDZV_PORT, SECRETS
 from mens.run.rundir import RunDir
 
 SKY_YAML = "sky.yaml"
@@ -85,7 +90,6 @@ def git_commit(root: Path) -> tuple[str | None, bool]:
     return head.stdout.strip(), bool(dirty.stdout.strip())
 
 
-SECRETS = ("HF_TOKEN", "WANDB_API_KEY")   # passed by name (`sky launch --secret NAME`)
 REMOTE_WHEEL = "~/mens/wheel"
 
 
@@ -142,15 +146,31 @@ def task_yaml(cfg: DictConfig, o: Offer, spec, run_dir: Path) -> dict:
         install, check])
     # $HOME, not ~: neither the shell (after `=`) nor Hydra expands a tilde there
     remote_run, remote_out = (p.replace("~", "$HOME", 1) for p in (REMOTE_RUN, REMOTE_OUT))
-    task["run"] = "\n".join([
-        "set -e",
-        f'python -m mens rerun="{remote_run}" hydra.run.dir="{remote_out}/{run_dir.name}"',
-    ])
+    mens_args = f'rerun="{remote_run}" hydra.run.dir="{remote_out}/{run_dir.name}"'
+    nodes = int(cfg.hw.nodes)
+    if nodes > 1:   # SkyPilot starts the run on every node; torchrun makes them one world
+        task["num_nodes"] = nodes
+        task["run"] = "\n".join(["set -e", *multi_node_run(task["name"], cfg, mens_args)])
+    else:
+        task["run"] = "\n".join(["set -e", f"python -m mens {mens_args}"])
     if dirty:
         print(f"mens: note: the checkout has uncommitted changes: the remote installs the synced "
               f"working tree (commit {commit[:12]} plus them), not the commit alone")
         task["envs"]["MENS_DIRTY"] = "1"
     return task
+
+
+def multi_node_run(name: str, cfg: DictConfig, mens_args: str) -> list[str]:
+    """torchrun over SkyPilot's node variables: node 0 (the first of SKYPILOT_NODE_IPS) holds
+    the c10d store; each node starts SKYPILOT_NUM_GPUS_PER_NODE processes. The arguments stay
+    unquoted variables so that the remote shell expands them."""
+    from mens.launch.torchrun import torchrun_args
+
+    args = torchrun_args("$SKYPILOT_NUM_NODES", "$SKYPILOT_NUM_GPUS_PER_NODE",
+                         "$SKYPILOT_NODE_RANK", f"$MENS_RDZV_HOST:{RDZV_PORT}", name,
+                         int(cfg.launch.max_restarts))
+    return ['MENS_RDZV_HOST=$(echo "$SKYPILOT_NODE_IPS" | head -n1)',
+            " ".join([*args, "-m", "mens", mens_args])]
 
 
 class _Dumper(yaml.SafeDumper):
@@ -205,7 +225,8 @@ def launch_run(cfg: DictConfig, out_dir: Path) -> int:
     from mens.plan.output import plan_run
 
     o, row = choose(cfg)
-    print(f"mens cloud launch · offer {o.id} ({o.tier} × {o.count}, ${o.price_hour:g}/h"
+    print(f"mens cloud launch · offer {o.id} ({o.tier} × {o.count}"
+          f"{f' per node × {cfg.hw.nodes} nodes' if cfg.hw.nodes > 1 else ''}, ${o.price_hour:g}/h"
           f"{f', spot ${o.spot_price_hour:g}/h' if o.spot_price_hour is not None else ''}; "
           f"{o.source}, {o.date})" + (f" · est. {row['est_hours']:.2f} h, "
                                        f"${row['est_cost_usd']:,.2f}" if row and
@@ -213,7 +234,11 @@ def launch_run(cfg: DictConfig, out_dir: Path) -> int:
     if cfg.cloud.spot and o.spot_price_hour is None:
         raise ConfigError(f"cloud.spot=true but offer {o.id} has no spot price in the catalogue: "
                           f"choose an offer with one, or cloud.spot=false.", key="cloud.spot")
-    spec, plan = plan_run(offer_config(cfg, o.tier, o.count), out_dir, "plan")   # refuses: exit 3
+    # the offer is one node's GPUs; the run has hw.nodes of them, over the provider's network
+    # between nodes: the same plan `mens cloud estimate` priced
+    net = network(o.provider, o.gpu) if cfg.hw.nodes > 1 else None
+    planned = offer_config(cfg, o.tier, o.count, net)
+    spec, plan = plan_run(planned, out_dir, "plan")   # refuses: exit 3
     run = RunDir(out_dir)
     task = task_yaml(cfg, o, spec, out_dir)
     path = run.write_text(SKY_YAML, dump(task))

@@ -123,7 +123,8 @@ def assumptions(cfg: DictConfig, tokens: dict) -> list[str]:
            f"{SERVE_CONTEXT}-token KV cache and {SERVE_OVERHEAD_GB:g} GiB of runtime, against "
            f"this machine's planning budget",
            "cloud offers: `mens cloud estimate` for the same rung and lane (its assumptions: "
-           "MFU, linear scaling over GPUs, set-up hours, catalogue dates)"]
+           "MFU, the gradient communication over the cited links with no overlap, set-up "
+           "hours, catalogue dates)"]
     by_how: dict[str, list[str]] = {}   # rungs sharing a tokenizer estimate share a line
     for r, t in tokens.items():
         by_how.setdefault(t["how"] + (" (an ESTIMATE)" if t["estimate"] else ""), []).append(r)

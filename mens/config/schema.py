@@ -45,6 +45,19 @@ class HeadroomPolicy:
 
 
 @dataclass
+class LinkConfig:
+    # How a tier's devices talk, for the gradient traffic in the step time (mens.plan.comm):
+    # figures from datasheets, cited in each conf/hw file; a cluster's own can be given.
+    intra: str = ""                      # within a node, e.g. "NVLink 4 (NVSwitch)", "PCIe Gen4 x16"
+    intra_gbs: Optional[float] = None    # GB/s per device per direction; null: unknown (no comm time)
+    inter: str = ""                      # between nodes, e.g. "8 × InfiniBand NDR 400 Gb/s"
+    inter_gbs: Optional[float] = None    # GB/s per node per direction, all its NICs; null: unknown
+    # ASSUMED share of those figures a ring collective achieves (NCCL's bus bandwidth): 0.8,
+    # the sources in mens/plan/comm.py; 1.0 when intra_gbs / inter_gbs are measured busbw
+    efficiency: float = 0.8
+
+
+@dataclass
 class HwConfig:
     name: str = MISSING
     backend: str = MISSING        # auto | cuda | mps | cpu
@@ -55,6 +68,7 @@ class HwConfig:
     bandwidth_gbs: Optional[float] = None  # memory bandwidth GB/s (datasheet); null = unknown
     lightning: LightningDefaults = field(default_factory=LightningDefaults)
     headroom: HeadroomPolicy = field(default_factory=HeadroomPolicy)
+    link: LinkConfig = field(default_factory=LinkConfig)   # device-to-device links (comm time)
     # Several devices (mens.plan.planner plans per device; mens.train.strategy runs it):
     devices: Any = AUTO    # per node: auto = every visible accelerator of the backend (CPU: 1 process)
     nodes: int = 1         # SLURM / torchrun nodes; world size = devices × nodes
@@ -419,6 +433,24 @@ class CloudConfig:
 
 
 @dataclass
+class LaunchConfig:
+    # mens launch torchrun | slurm | kubeflow (mens.launch): a file that starts `python -m mens
+    # <the same overrides>` on hw.nodes nodes × hw.devices processes; mens spawns nothing itself
+    # torchrun: host:port of the c10d store on node 0, which every node must reach; null = one
+    # node only (127.0.0.1:29500, torchrun's default port)
+    rdzv_endpoint: Optional[str] = None
+    max_restarts: int = 0            # torchrun --max-restarts (also sky.yaml's with hw.nodes>1)
+    partition: Optional[str] = None  # slurm: #SBATCH --partition; null = the cluster's default
+    account: Optional[str] = None    # slurm: #SBATCH --account; null = the user's default
+    time: Optional[str] = None       # slurm: #SBATCH --time (e.g. 1-00:00:00); null = partition's
+    image: Optional[str] = None      # kubeflow: a container image with this mens installed
+    runtime: str = "torch-distributed"   # kubeflow: the ClusterTrainingRuntime it runs on
+    namespace: Optional[str] = None  # kubeflow: metadata.namespace; null = kubectl's current
+    secret: str = "mens-secrets"     # kubeflow: the Secret whose HF_TOKEN / WANDB_API_KEY keys the pods read
+    run_root: str = "/mnt/mens/outputs"   # kubeflow: the pods' run dirs (a volume the runtime mounts)
+
+
+@dataclass
 class RecommendConfig:
     # mens recommend: recommendation.md for one machine (mens.cloud.recommend)
     rungs: List[str] = field(default_factory=lambda: ["0.6b", "1.7b", "4b", "8b", "14b", "32b",
@@ -628,6 +660,7 @@ class MensConfig:
     compare: CompareConfig = field(default_factory=CompareConfig)
     calibrate: CalibrateConfig = field(default_factory=CalibrateConfig)
     cloud: CloudConfig = field(default_factory=CloudConfig)
+    launch: LaunchConfig = field(default_factory=LaunchConfig)
     recommend: RecommendConfig = field(default_factory=RecommendConfig)
     tree: TreeConfig = field(default_factory=TreeConfig)
     synth: SynthConfig = field(default_factory=SynthConfig)

@@ -238,7 +238,16 @@ RANGES: dict[str, Range] = {
     "hw.memory_gb": _pos("the device's memory in GiB; null detects it", "24"),
     "hw.tflops_bf16": _pos("dense bf16 TFLOPS for time estimates; null: unknown", "989"),
     "hw.bandwidth_gbs": _pos("memory bandwidth in GB/s (datasheet); null: unknown", "3350"),
+    "hw.link.intra_gbs": _pos("GB/s per device per direction within a node (NVLink, PCIe); "
+                              "null: unknown", "450"),
+    "hw.link.inter_gbs": _pos("GB/s per node per direction between nodes, all its NICs; null: "
+                              "unknown", "400"),
+    "hw.link.efficiency": Range(lo=0, hi=1, lo_open=True, example="0.8",
+                                note="the share of the link figures a collective achieves "
+                                     "(1.0 when they are measured bus bandwidths)"),
     "hw.nodes": _count("nodes of the run (world size = hw.devices × hw.nodes)", "1"),
+    "launch.max_restarts": _nonneg("restarts torchrun makes of a failed group (each resumes "
+                                   "from the last checkpoint)", "1"),
     "cloud.mfu": Range(lo=0, hi=1, lo_open=True, example="0.35",
                        note="an assumed model FLOPs utilisation replacing the measured speed "
                             "model; null: the speed model"),

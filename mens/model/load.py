@@ -203,7 +203,11 @@ def load_base(rung, kind: str = "lora", precision: str = "fp32", backend: str = 
         # the family's class from its config (what AutoModelForCausalLM.from_config picks; the
         # text model of a multimodal wrapper), built directly so a seed gives the same weights
         return causal_lm_class(config.model_type)(config).to(dtype)
-    kwargs = {"dtype": dtype, "attn_implementation": attn}
+    # use_kernels=False: transformers ≥ 5.24 defaults to kernels fetched from the Hub at load time
+    # (kernels-community/*, unpinned code) on CUDA; offline that load fails, online it trains on
+    # kernels the plan never measured. mens's kernels are its own, chosen and said in the plan
+    # (found by the first CUDA sitting: every qlora load asked the Hub for a rotary kernel).
+    kwargs = {"dtype": dtype, "attn_implementation": attn, "use_kernels": False}
     if kind == "qlora":
         q = quantization
         compute = getattr(torch, DTYPES[precision])

@@ -97,7 +97,9 @@ def resolve_hw(hw: DictConfig, purpose: str, notes: list[str]) -> tuple[dict | N
         base = load_option("hw", tier or "h100")
         if det.backend == "cuda" and not tier:
             notes.append(f"hw: {det.device_name} matches no named tier; no time estimates")
-        for k in ("lightning", "headroom", "tflops_bf16", "bandwidth_gbs"):
+        for k in ("lightning", "headroom", "tflops_bf16", "bandwidth_gbs", "link"):
+            if k == "link" and not tier:   # no tier, no link figures: the default (unknown)
+                continue
             v = getattr(base, k) if tier or k in ("lightning", "headroom") else None
             if is_dataclass(v):
                 for kk, vv in asdict(v).items():

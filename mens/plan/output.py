@@ -148,6 +148,8 @@ def render(spec, plan: Plan, forced: bool = False, eta: dict | None = None) -> s
         devices = f" over {plan.world_size} devices" if plan.world_size > 1 else ""
         con.print(f"throughput estimate: ~{plan.speed['tokens_per_s']:,.0f} tokens/s through "
                   f"training rows{devices} ({plan.speed['how']})")
+    for line in communication_lines(plan):
+        con.print(line)
     for line in sampling_lines(plan.sampling):
         con.print(line)
     for line in cost_lines(plan.cost, eta):
@@ -183,6 +185,38 @@ def params_line(spec, plan: Plan) -> str:
     return line
 
 
+def communication_lines(plan: Plan) -> list[str]:
+    """Several devices: what the strategy moves per step, over which link, its seconds and the
+    speed-up it leaves (plan.json's `communication`, mens.plan.comm); LoRA's is said small."""
+    c = plan.communication
+    if not c:
+        return []
+    where = (f"{c['nodes']} nodes × {c['devices']} devices" if c["nodes"] > 1
+             else f"{c['devices']} devices")
+    ops = "; ".join(f"{o['op']} of {o['what']}: {o['bytes'] / 1e9:,.3g} GB × "
+                    f"{o['per_micro_step']:g} per micro-step" for o in c["ops"])
+    out = [f"communication ({c['strategy']} over {where}): {ops}"]
+    if c["s_per_micro_step"] is None:
+        out.append(f"  NOT in the time: {c['bus_how']} — the estimate scales linearly with "
+                   f"devices (give hw.link.intra_gbs / inter_gbs)")
+        return out
+    out.append(f"  ring over {c['bus_gbs']:,.0f} GB/s ({c['bus_how']}): "
+               f"{c['s_per_micro_step'] * 1e3:,.1f} ms per micro-step"
+               + (f", {c['share']:.1%} of the step" if "share" in c else ""))
+    if "speedup_vs_one_device" in c:
+        node = (f"; vs one node ({c['devices']} devices) ~{c['speedup_vs_one_node']:.2f}× of "
+                f"{c['nodes']}" if "speedup_vs_one_node" in c else "")
+        out.append(f"  speed-up vs one device ~{c['speedup_vs_one_device']:.2f}× of "
+                   f"{c['linear']} (≤ {c['speedup_if_overlapped']:.2f}× if it all overlapped)"
+                   f"{node}; {c['overlap']}")
+    if c["strategy"] == "ddp" and plan.params_trainable < plan.params_total:
+        small = "small: " if c.get("share", 1) < 0.05 else ""
+        out.append(f"  {small}LoRA's all-reduce moves the adapter's gradients only "
+                   f"({plan.params_trainable / plan.params_total:.2%} of the weights, "
+                   f"{c['bytes_per_optimizer_step'] / 2**20:,.1f} MiB per optimizer step)")
+    return out
+
+
 def sampling_lines(d: dict | None) -> list[str]:
     """An objective that samples (grpo): its memory phase by phase, each term with its formula
     (plan.json's `sampling`, mens.plan.rl.breakdown)."""
@@ -211,6 +245,7 @@ def sampling_lines(d: dict | None) -> list[str]:
 
 
 PART = {"policy": "policy rows", "step_forward": "forwards without grad",
+        "communication": "gradient communication",
         "reference": "reference (once)", "generation": "generation", "oracle": "oracle"}
 
 

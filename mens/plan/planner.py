@@ -14,6 +14,7 @@ from mens.config.objectives import card
 from mens.errors import ConfigError
 from mens.plan.memory import (DTYPE_BYTES, GiB, Arch, LaneModel, Shape, cell_key, components, contract_paths,
                               load_contract, min_margin, predict, usable_cell)
+from mens.plan.comm import Link, communication, scaling
 from mens.plan.rl import breakdown as rl_breakdown
 from mens.plan.speed import estimate as estimate_speed, objective_cost
 
@@ -38,6 +39,8 @@ class PlanRequest:
     paths: tuple = ()   # (("attention", "per_record"), …): the run's training paths; () = the contract's
     world_size: int = 1         # devices × nodes; micro_batch and the peak are per device
     strategy: str = "auto"      # auto | single | ddp | fsdp2 (auto: chosen by plan())
+    nodes: int = 1              # world_size = devices per node × nodes
+    link: Link | None = None    # the tier's links (hw.link): the communication's time
 
 
 @dataclass(frozen=True)
@@ -82,6 +85,8 @@ class Plan:
     #                               term, with formulas (mens.plan.rl.breakdown)
     signal: dict | None = None    # grpo: the warm start's pass rate and the expected share of
     #                               groups with one reward (mens.plan.signal)
+    communication: dict | None = None   # several devices: what ddp / fsdp2 move, over which
+    #                               link, its seconds and the speed-up (mens.plan.comm)
     @property
     def fits(self) -> bool:
         return self.verdict == "fits"
@@ -202,16 +207,23 @@ def _plan(req: PlanRequest) -> Plan:
         if chosen:
             break
     shape, accum, pred = chosen or smallest
-    cost = objective_cost(req.arch, req.lane, shape, req.tflops, req.bandwidth_gbs,
-                          req.world_size, contract["speed"])
-    rows = shape.micro_batch * card(req.lane.objective).step_cost(
-        req.lane.rows_per_record, req.lane.reference).grad[0]
-    speed = estimate_speed(req.arch, req.lane, shape, req.tflops, req.bandwidth_gbs,
-                           req.world_size, contract["speed"], rows=rows)
     counts = req.arch.params()
     p = counts["total"]
     trainable = p if req.lane.kind == "full" else req.arch.lora_params(
         req.lane.lora_r, req.lane.lora_targets, req.lane.lora_experts)
+    nodes = max(req.nodes, 1)
+    comm = communication(req.arch, req.lane, req.strategy, req.world_size // nodes, nodes,
+                         accum, req.link or Link(), trainable,
+                         contract["model"]["trainable_bytes"])
+    comm_s = (comm or {}).get("s_per_micro_step") or 0.0
+    cost = objective_cost(req.arch, req.lane, shape, req.tflops, req.bandwidth_gbs,
+                          req.world_size, contract["speed"], comm_s=comm_s)
+    rows = shape.micro_batch * card(req.lane.objective).step_cost(
+        req.lane.rows_per_record, req.lane.reference).grad[0]
+    speed = estimate_speed(req.arch, req.lane, shape, req.tflops, req.bandwidth_gbs,
+                           req.world_size, contract["speed"], rows=rows, comm_s=comm_s)
+    if comm and cost and comm["s_per_micro_step"] is not None:   # one device's micro-step
+        comm.update(scaling(comm, cost.micro_step_s - comm_s))
     sampling = None
     if req.lane.generation_tokens and req.lane.objective == "grpo":   # each term, named
         m, paths = contract["model"], {**contract_paths(contract), **dict(req.paths)}
@@ -232,7 +244,7 @@ def _plan(req: PlanRequest) -> Plan:
         speed=speed.to_dict() if speed else None, cost=cost.to_dict() if cost else None,
         params_total=p, params_trainable=trainable, sampling=sampling,
         params_active=counts["active"], experts=req.arch.experts,
-        experts_per_tok=req.arch.experts_per_tok)
+        experts_per_tok=req.arch.experts_per_tok, communication=comm)
 
 
 def ways_out(req: PlanRequest, *, rungs: Mapping[str, Arch] = {},

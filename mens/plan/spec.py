@@ -124,6 +124,16 @@ def resolve_paths(cfg: DictConfig, lane, notes: list[str]) -> dict:
     return out
 
 
+def hw_link(hw):
+    """The tier's links (hw.link) for the communication's time (mens.plan.comm); a spec
+    from before them has none."""
+    from mens.plan.comm import Link
+    link = hw.get("link")
+    if link is None:
+        return Link()
+    return Link(link.intra, link.intra_gbs, link.inter, link.inter_gbs, float(link.efficiency))
+
+
 def resolve_devices(cfg: DictConfig, detection: dict | None, purpose: str,
                     notes: list[str]) -> int:
     """hw.devices (per node) resolved in place; returns the world size (devices × nodes).
@@ -343,7 +353,8 @@ def compile_run(cfg: DictConfig, purpose: str = "plan") -> tuple[RunSpec, Plan]:
         margin=_margin(cfg.plan.uncalibrated_margin, notes, cfg.plan.contract),
         contract=cfg.plan.contract, tflops=cfg.hw.tflops_bf16,
         bandwidth_gbs=cfg.hw.get("bandwidth_gbs"), paths=tuple(paths.items()),
-        world_size=world, strategy=cfg.hw.strategy)
+        world_size=world, strategy=cfg.hw.strategy, nodes=cfg.hw.nodes,
+        link=hw_link(cfg.hw))
     p = plan(req)
     stale = stale_note(load_contract(cfg.plan.contract), p.cell)   # said, never silent
     if stale:

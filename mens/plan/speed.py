@@ -156,9 +156,10 @@ def basis(lane_kind: str, model: Mapping, assumed_from: str = "the contract's sp
 
 def estimate(arch: Arch, lane: LaneModel, shape: Shape, tflops: float | None,
              bandwidth_gbs: float | None, world: int, model: Mapping,
-             rows: int | None = None) -> Speed | None:
+             rows: int | None = None, comm_s: float = 0.0) -> Speed | None:
     """tokens/s through training rows over `world` devices of a tier (None without its
-    TFLOPS), at `rows` rows of seq_len per micro-batch (default: micro_batch, SFT's).
+    TFLOPS), at `rows` rows of seq_len per micro-batch (default: micro_batch, SFT's), each
+    device's micro-step taking `comm_s` more for the gradient communication (mens.plan.comm).
     `model`: the contract's `speed:` section."""
     if not tflops:
         return None
@@ -167,7 +168,9 @@ def estimate(arch: Arch, lane: LaneModel, shape: Shape, tflops: float | None,
         how += "; the tier states no bandwidth (hw.bandwidth_gbs): compute time only"
     rows = rows or shape.micro_batch
     step = Passes(arch, lane, shape.checkpointing, tflops, bandwidth_gbs, eta, tau,
-                  bandwidth_gbs).train(rows, shape.seq_len)
+                  bandwidth_gbs).train(rows, shape.seq_len) + comm_s
+    if comm_s:
+        how += "; plus the gradient communication, not overlapped (mens.plan.comm)"
     return Speed(world * rows * shape.seq_len / step, how, bool(fitted), eta,
                  fitted.get("heldout_max_pct") if fitted else None)
 
@@ -281,10 +284,13 @@ class Cost:
 def objective_cost(arch: Arch, lane: LaneModel, shape: Shape, tflops: float | None,
                    bandwidth_gbs: float | None, world: int, model: Mapping, *,
                    roofline: bool = True,
-                   assumed_from: str = "the contract's speed.assumed_mfu") -> Cost | None:
+                   assumed_from: str = "the contract's speed.assumed_mfu",
+                   comm_s: float = 0.0) -> Cost | None:
     """The time one micro-batch of `shape.micro_batch` records takes under the lane's
     objective (its card's StepCost: rows, passes, reference, sampling, oracle), from the speed
-    model's η and τ. roofline=False: training passes at FLOPs alone (cloud.mfu)."""
+    model's η and τ, and `comm_s` of gradient communication per device and micro-step
+    (mens.plan.comm: its own part, not overlapped). roofline=False: training passes at FLOPs
+    alone (cloud.mfu)."""
     if not tflops:
         return None
     eta, tau, how, fitted = basis(lane.kind, model, assumed_from)
@@ -315,6 +321,8 @@ def objective_cost(arch: Arch, lane: LaneModel, shape: Shape, tflops: float | No
     oracle = c.oracle and lane.oracle_mib > 0      # no oracle processes: the teacher judges
     if oracle:
         parts["oracle"] = (ORACLE_S_PER_CALL, "record", "measured on a dev host")
+    if comm_s:   # DDP's all-reduce / FSDP2's gathers and reduce-scatters (mens.plan.comm)
+        parts["communication"] = (comm_s, "token", "link figures cited, no overlap assumed")
     if c.reference:
         parts["reference"] = (px.forward(c.reference * b, S), "token",
                               f"{latency}; once per record")
@@ -358,6 +366,6 @@ def objective_cost(arch: Arch, lane: LaneModel, shape: Shape, tflops: float | No
             assumed.append("rewards from the teacher (grpo.reward=teacher): its latency is "
                            "NOT in this estimate")
     return Cost(lane.objective, c.words(T), c.where,
-                world * c.grad[0] * b * S / px.train(c.grad[0] * b, S, head),
-                tokens / total, tokens / px.train(b, S), step, tokens, world * b, out,
+                world * c.grad[0] * b * S / (px.train(c.grad[0] * b, S, head) + comm_s),
+                tokens / total, tokens / (px.train(b, S) + comm_s), step, tokens, world * b, out,
                 tuple(measured), tuple(assumed))

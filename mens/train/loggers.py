@@ -132,10 +132,10 @@ def log_weights(trainer, path: Path, spec) -> None:
     runs keep it in the run's files and `wandb sync` uploads it with the run."""
     from lightning.pytorch.loggers import WandbLogger
 
-    import wandb
-
     for logger in trainer.loggers:
         if isinstance(logger, WandbLogger):
+            import wandb   # only with a wandb logger: logger=none needs no wandb installed
+
             kind = artifact_name(spec.lane.method)
             # mens.export.lineage and mens.compare.lineage use it by this name (mens.run)
             art = wandb.Artifact(wandb_artifact(kind, logger.experiment.id), type=kind,

@@ -139,17 +139,14 @@ def grad_norm_sharded(module) -> float | None:
     grad_norm then reads the replicated gradients)."""
     import torch
 
-    sq, sharded = torch.zeros((), dtype=torch.float64), False
-    for p in module.parameters():
-        g = p.grad
-        if g is None:
-            continue
-        if hasattr(g, "to_local"):
-            g, sharded = g.to_local(), True
-        sq += g.detach().double().pow(2).sum()
-    if not sharded:
+    grads = [p.grad for p in module.parameters() if p.grad is not None]
+    if not any(hasattr(g, "to_local") for g in grads):
         return None
-    return float(all_sum(sq).sqrt())
+    # summed on the gradients' own device: a CPU accumulator beside CUDA gradients is an error
+    # (found by the first CUDA sitting, where every training step stopped here)
+    squares = [(g.to_local() if hasattr(g, "to_local") else g).detach().double().pow(2).sum()
+               for g in grads]
+    return float(all_sum(torch.stack(squares).sum()).sqrt())
 
 
 def full_state_dict(model) -> dict:

@@ -23,7 +23,8 @@ SHAPES = [["train"], ["plan"], ["export"], ["serve"], ["serve", "promote", "vox_
           ["fit"], ["data", "inspect"], ["data", "tree", "expand"], ["data", "synth"],
           ["data", "curate", "list"], ["data", "push"], ["push"], ["demo"], ["cloud", "estimate"], ["cloud", "launch"],
           ["cloud", "catalog", "refresh"], ["recommend"], ["ladder"], ["eval"], ["gate"], ["afk"],
-          ["afk", "status"], ["afk", "pause"], ["afk", "abort"], ["studio"]]
+          ["afk", "status"], ["afk", "pause"], ["afk", "abort"], ["studio"],
+          ["launch", "torchrun"], ["launch", "slurm"], ["launch", "kubeflow"]]
 
 
 def one_error(err: str, code: int) -> str:
@@ -54,6 +55,7 @@ def test_a_bad_override_exits_2_with_one_paragraph(shape, tmp_path, monkeypatch,
     (["data", "tree"], ["`mens data tree` takes an action", "expand"]),
     (["data", "curate", "frob"], ["`mens data curate` takes an action", "list"]),
     (["cloud", "frobnicate"], ["`mens cloud` takes a subcommand", "catalog refresh"]),
+    (["launch", "frobnicate"], ["`mens launch` takes an engine", "kubeflow"]),
     (["serve", "serve.api_key=secret"], ["serve.api_key_env=", "export MENS_API_KEY"]),
 ])
 def test_command_lines_mens_cannot_take_exit_2_the_same_way(argv, words, tmp_path, monkeypatch,

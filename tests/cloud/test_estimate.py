@@ -74,8 +74,12 @@ def test_time_is_tokens_over_the_plans_speed_or_an_assumed_mfu(compile_run):
     arch, s = __import__("mens.plan.memory", fromlist=["Arch"]).Arch.of(spec.rung), plan.shape
     n = arch.params()["linear"] + arch.vocab * arch.hidden
     fpt = n * (4 + (2 if s.checkpointing else 0)) + 6 * arch.layers * s.seq_len * arch.heads * arch.head_dim
-    assert b["lambda:H100:2"]["est_hours"] == pytest.approx(2e9 * fpt / (989e12 * 2 * 0.7) / 3600,
-                                                            rel=1e-3)
+    # plus the plan's gradient communication per micro-step (DDP: the adapter's all-reduce)
+    comm = plan.communication["s_per_micro_step"]
+    tokens = s.micro_batch * s.seq_len
+    assert comm > 0
+    assert b["lambda:H100:2"]["est_hours"] == pytest.approx(
+        2e9 / 2 * (fpt / (989e12 * 0.7) + comm / tokens) / 3600, rel=1e-3)
     assert "ASSUMED 70% MFU" in b["lambda:H100:2"]["speed_how"]
 
 
@@ -168,3 +172,25 @@ def test_dpo_costs_more_hours_than_sft_on_the_same_data(compile_run):
     text = " ".join(render(est, 20).split())
     assert "objective dpo: per record 2 policy rows" in text
     assert "assumption: a forward without grad" in text
+
+
+def test_more_gpus_are_not_linearly_faster(compile_run):
+    """#41: an offer's hours carry the plan's gradient communication — an 8-GPU FSDP2 offer is
+    less than 8 × one GPU's rate — and `hw.nodes=2` plans each offer × 2 nodes over the
+    provider's network, priced for both."""
+    from mens.cloud.estimate import estimate
+    from mens.config.compose import compose
+
+    base = ["+rung=8b", "lane=full", "cloud.tokens=2000000000", "cloud.providers=[runpod]"]
+    one = {o["id"]: o for o in estimate(compose(base))["offers"]}
+    o = one["runpod:H100-SXM:8"]
+    c = o["communication"]
+    assert o["fits"] and c["strategy"] == "fsdp2" and 0 < c["share"] < 1
+    assert c["speedup_vs_one_device"] < 8 and any("communication" in r for r in o["reasons"])
+    two = {o["id"]: o for o in estimate(compose(base + ["hw.nodes=2"]))["offers"]}
+    t = two["runpod:H100-SXM:8"]
+    assert t["nodes"] == 2 and t["world_size"] == 16 and t["network"]["inter_gbs"] == 1.25
+    assert "ASSUMED" in t["network"]["source"]
+    # RunPod's pods over an assumed 10 Gb/s: two nodes are slower than one, and cost more
+    assert t["est_hours"] > o["est_hours"] and t["est_cost_usd"] > 2 * o["est_cost_usd"]
+    assert t["communication"]["speedup_vs_one_node"] < 1

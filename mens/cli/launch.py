@@ -1,0 +1,45 @@
+"""`mens launch torchrun|slurm|kubeflow [overrides]`: the file that engine needs to start
+`python -m mens <the same overrides>` on hw.nodes × hw.devices (mens.launch.<engine>), written
+into this run's dir and printed, after the plan (spec.yaml, plan.json: a run that does not fit
+is refused with exit 3 before any file names it). No torch; nothing is started."""
+from __future__ import annotations
+
+import importlib
+import sys
+from pathlib import Path
+
+from omegaconf import DictConfig
+
+from mens.cli.app import command, main as run, usage_error
+from mens.errors import EXIT_OK
+
+EMITTERS = {"torchrun": "mens.launch.torchrun", "slurm": "mens.launch.slurm",
+            "kubeflow": "mens.launch.kubeflow"}
+
+
+def emit(engine: str, argv: list[str]):
+    def task(cfg: DictConfig, out_dir: Path) -> int:
+        from mens.launch.common import Launch, write
+        from mens.plan.output import plan_run
+
+        module = importlib.import_module(EMITTERS[engine])
+        text = module.render(Launch(cfg, out_dir.resolve(), list(argv)))   # config errors: 2
+        plan_run(cfg, out_dir, "plan")   # the plan per device of hw.nodes × hw.devices; refuses: 3
+        write(out_dir, module.FILE, text)
+        print(text, end="")
+        return EXIT_OK
+    return task
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] and argv[0] in EMITTERS:
+        from mens.launch.common import refuse_flags
+
+        engine, rest = argv[0], argv[1:]
+        flagged = command(refuse_flags, rest, engine)   # before Hydra reads -m as a sweep
+        if flagged != EXIT_OK:
+            return flagged
+        return run(emit(engine, rest), argv=rest, name=f"launch_{engine}")
+    return usage_error(f"`mens launch` takes an engine: {', '.join(EMITTERS)} (e.g. `mens launch "
+                       f"slurm +hw=h100 hw.devices=8 hw.nodes=2 +rung=8b lane=full`).")
