@@ -151,10 +151,11 @@ def worker(job: dict) -> None:
     run = RunDir(job["run_dir"])
     agreed = None
     if rank == 0:   # this attempt's rendezvous and whether it resumes, decided once
-        with socket.socket() as s:
-            s.bind(("", 0))
+        addr = ray.util.get_node_ip_address()
+        with socket.socket() as s:   # a port free on rank 0's node now (the store binds it)
+            s.bind((addr, 0))
             port = s.getsockname()[1]
-        agreed = {"addr": ray.util.get_node_ip_address(), "port": port,
+        agreed = {"addr": addr, "port": port,
                   "resume": run.last_checkpoint.is_file(), "finished": run.finished}
     agreed = broadcast_from_rank_zero(agreed)
     if not agreed["finished"]:   # a group restarted after rank 0 wrote the summary: done

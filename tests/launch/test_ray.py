@@ -33,12 +33,15 @@ TIMEOUT = 600
 
 
 def clean_env(**extra) -> dict:
-    """No launcher's variables (this test may itself run under one), gloo on loopback only."""
+    """No launcher's variables (this test may itself run under one), gloo on loopback only, and
+    the local Ray on loopback too: on Linux Ray binds and dials the machine's own address unless
+    RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 (its single-machine mode), and tests send nothing there."""
     drop = ("SLURM_", "TORCHELASTIC_", "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE",
             "GROUP_RANK", "GROUP_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "NODE_RANK",
             "HYDRA_FULL_ERROR", "RAY_ADDRESS")
     env = {k: v for k, v in os.environ.items() if not k.startswith(drop)}
-    return {**env, "GLOO_SOCKET_IFNAME": "lo", "OMP_NUM_THREADS": "1", **extra}
+    return {**env, "GLOO_SOCKET_IFNAME": "lo", "OMP_NUM_THREADS": "1",
+            "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", **extra}
 
 
 def launch_ray(cwd: Path, *args: str) -> subprocess.Popen:
@@ -113,6 +116,7 @@ def test_two_ray_workers_match_one_process(reference, tmp_path):
     assert start[0]["launch"] == {"launcher": "env", "id": None, "world_size": 2, "nodes": 1,
                                   "per_node": 2}   # the variables the Ray workers set
     assert not [r for r in rows if r["event"] == "RESUME"]
+    assert "2 worker(s) on 127.0.0.1:" in out   # the local cluster, on loopback
     # rank 0's telemetry, read back and said by the driver
     assert "finished" in out and "(resumed 0×" in out and f"steps={STEPS} world_size=2" in out
     assert "cluster_environment=LightningEnvironment" in out
