@@ -38,7 +38,7 @@ COMMANDS = {
     "demo": ("mens.cli.demo", "train (or reuse) the tiny default, serve it, ask base and adapter"),
     "cloud": ("mens.cli.cloud", "cloud offers planned and priced (estimate), a SkyPilot task (launch)"),
     "launch": ("mens.cli.launch", "the file torchrun, SLURM or Kubeflow needs to run this on "
-               "hw.nodes × hw.devices (torchrun.sh, sbatch.sh, trainjob.yaml)"),
+               "hw.nodes × hw.devices (torchrun.sh, sbatch.sh, trainjob.yaml), or run it on Ray"),
     "recommend": ("mens.cli.recommend", "recommendation.md: what fits this machine, what to rent, how to run it"),
     "ladder": ("mens.cli.ladder", "every rung × spoke cell's state: trained, gated, stale, missing, no fit"),
     "eval": ("mens.cli.eval", "benchmarks (lm-eval), oracle pass@k, collateral, judge — with "

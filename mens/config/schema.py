@@ -435,11 +435,13 @@ class CloudConfig:
 @dataclass
 class LaunchConfig:
     # mens launch torchrun | slurm | kubeflow (mens.launch): a file that starts `python -m mens
-    # <the same overrides>` on hw.nodes nodes × hw.devices processes; mens spawns nothing itself
+    # <the same overrides>` on hw.nodes nodes × hw.devices processes; mens spawns nothing itself.
+    # mens launch ray: Ray Train's workers start them on a Ray cluster (mens.launch.ray)
     # torchrun: host:port of the c10d store on node 0, which every node must reach; null = one
     # node only (127.0.0.1:29500, torchrun's default port)
     rdzv_endpoint: Optional[str] = None
-    max_restarts: int = 0            # torchrun --max-restarts (also sky.yaml's with hw.nodes>1)
+    # torchrun --max-restarts (also sky.yaml's with hw.nodes>1); ray: FailureConfig(max_failures)
+    max_restarts: int = 0
     partition: Optional[str] = None  # slurm: #SBATCH --partition; null = the cluster's default
     account: Optional[str] = None    # slurm: #SBATCH --account; null = the user's default
     time: Optional[str] = None       # slurm: #SBATCH --time (e.g. 1-00:00:00); null = partition's
@@ -448,6 +450,9 @@ class LaunchConfig:
     namespace: Optional[str] = None  # kubeflow: metadata.namespace; null = kubectl's current
     secret: str = "mens-secrets"     # kubeflow: the Secret whose HF_TOKEN / WANDB_API_KEY keys the pods read
     run_root: str = "/mnt/mens/outputs"   # kubeflow: the pods' run dirs (a volume the runtime mounts)
+    # ray: the running cluster to start the workers on (host:port, ray://host:port, auto);
+    # null = a local Ray started for this run on this machine
+    ray_address: Optional[str] = None
 
 
 @dataclass

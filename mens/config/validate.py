@@ -246,8 +246,8 @@ RANGES: dict[str, Range] = {
                                 note="the share of the link figures a collective achieves "
                                      "(1.0 when they are measured bus bandwidths)"),
     "hw.nodes": _count("nodes of the run (world size = hw.devices × hw.nodes)", "1"),
-    "launch.max_restarts": _nonneg("restarts torchrun makes of a failed group (each resumes "
-                                   "from the last checkpoint)", "1"),
+    "launch.max_restarts": _nonneg("restarts torchrun (or Ray) makes of a failed group (each "
+                                   "resumes from the last checkpoint)", "1"),
     "cloud.mfu": Range(lo=0, hi=1, lo_open=True, example="0.35",
                        note="an assumed model FLOPs utilisation replacing the measured speed "
                             "model; null: the speed model"),

@@ -25,6 +25,8 @@ OPTIONAL = {
     "llama-cpp-python": "export's K-quant types and export.verify: checked before any work "
                         "(mens.export.gguf.require_llama_cpp, mens.export.build) with exit 2 and "
                         "the pip command that installs it",
+    "ray": "`mens launch ray` alone imports it, when a run starts; its absence is exit 2 with the "
+           "pip command, checked before the plan (mens.launch.ray.prepare)",
 }
 
 

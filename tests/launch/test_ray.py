@@ -1,0 +1,201 @@
+"""`mens launch ray` (issue #41's executor): a real local Ray cluster on this machine's 2 CPUs,
+two Ray Train workers each running `python -m mens` (gloo on loopback), the tiny rung.
+
+The same 2-row optimizer steps as one process with micro-batch 1 × accumulation 2 must give the
+same losses to 1e-6 and the same adapter (as two torchrun "nodes" do). With
+launch.max_restarts=1, SIGKILL to rank 1's `python -m mens` after step 3's checkpoint: Ray's
+FailureConfig restarts the group, it resumes from last.ckpt, and ends on the uninterrupted
+adapter. Fast: config errors exit 2 before Ray starts, `--help` imports no Ray, and what the
+driver hands the workers of its environment.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from mens.run.telemetry import read
+
+STEPS = 8
+COMMON = ["+hw=cpu", "logger=csv", "train.seq_len=256", "curriculum=flat",
+          "train.eval_max_records=6", "train.global_batch=2", "train.micro_batch=1",
+          f"train.max_steps={STEPS}", "train.checkpoint_every=1", "lane=lora",
+          "train.attention=per_record", "train.loss=chunked"]
+ONE = ["train.grad_accum=2"]
+# Ray places both workers on its one local node: one node of two ranks (LOCAL_WORLD_SIZE=2)
+TWO_WORKERS = ["train.grad_accum=1", "hw.nodes=1", "hw.devices=2", "hw.strategy=ddp"]
+TIMEOUT = 600
+
+
+def clean_env(**extra) -> dict:
+    """No launcher's variables (this test may itself run under one), gloo on loopback only, and
+    the local Ray on loopback too: on Linux Ray binds and dials the machine's own address unless
+    RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 (its single-machine mode), and tests send nothing there."""
+    drop = ("SLURM_", "TORCHELASTIC_", "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE",
+            "GROUP_RANK", "GROUP_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "NODE_RANK",
+            "HYDRA_FULL_ERROR", "RAY_ADDRESS")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(drop)}
+    return {**env, "GLOO_SOCKET_IFNAME": "lo", "OMP_NUM_THREADS": "1",
+            "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", **extra}
+
+
+def launch_ray(cwd: Path, *args: str) -> subprocess.Popen:
+    out, err = (open(cwd / f"driver.{s}", "w") for s in ("out", "err"))
+    return subprocess.Popen([sys.executable, "-m", "mens.launch", "ray", *args,
+                             f"hydra.run.dir={cwd / 'run'}"], cwd=cwd, env=clean_env(),
+                            stdout=out, stderr=err, start_new_session=True)
+
+
+def finish(p: subprocess.Popen, cwd: Path) -> str:
+    """Wait for the driver; its stdout. On the way out nothing it started is left running."""
+    import psutil
+
+    try:
+        rc = p.wait(TIMEOUT)
+        log = "".join((cwd / f"driver.{s}").read_text() for s in ("out", "err"))
+        assert rc == 0, f"mens launch ray exit {rc}:\n{log[-6000:]}"
+        return (cwd / "driver.out").read_text()
+    finally:
+        if p.poll() is None:
+            for child in psutil.Process(p.pid).children(recursive=True):
+                child.kill()
+            p.kill()
+            p.wait()
+
+
+def steps(run: Path) -> dict[int, float]:
+    """step → loss (a resumed run logs the steps after its checkpoint again: the last wins)."""
+    return {r["step"]: r["loss"] for r in read(run / "telemetry.jsonl")
+            if r["event"] == "TRAIN_STEP"}
+
+
+def assert_same_run(run: Path, reference: Path) -> None:
+    from safetensors.torch import load_file
+
+    a, b = steps(run), steps(reference)
+    assert sorted(a) == sorted(b) == list(range(1, STEPS + 1))
+    for k in b:
+        assert abs(a[k] - b[k]) <= 1e-6, (k, a[k], b[k])
+    x, y = (load_file(r / "adapter" / "adapter_model.safetensors") for r in (run, reference))
+    assert set(x) == set(y)
+    assert max(float((x[k] - y[k]).abs().max()) for k in x) <= 1e-6
+
+
+def assert_one_run_dir(tmp: Path, run: Path) -> None:
+    """Rank 0 alone wrote, into the launch's run dir: nothing beside it but the driver's logs."""
+    assert sorted(p.name for p in tmp.iterdir()) == ["driver.err", "driver.out", "run"]
+    assert list(tmp.rglob("telemetry.jsonl")) == [run / "telemetry.jsonl"]
+    assert len(list(tmp.rglob("adapter_config.json"))) == 1
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory) -> Path:
+    """One process, micro-batch 1 × accumulation 2: the same rows per step as two ranks."""
+    tmp = tmp_path_factory.mktemp("one")
+    res = subprocess.run([sys.executable, "-m", "mens", *COMMON, *ONE,
+                          f"hydra.run.dir={tmp / 'run'}"], cwd=tmp, env=clean_env(),
+                         capture_output=True, text=True, timeout=TIMEOUT)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    return tmp / "run"
+
+
+@pytest.mark.slow
+def test_two_ray_workers_match_one_process(reference, tmp_path):
+    out = finish(launch_ray(tmp_path, *COMMON, *TWO_WORKERS), tmp_path)
+    run = tmp_path / "run"
+    assert_same_run(run, reference)
+    assert_one_run_dir(tmp_path, run)
+    rows = read(run / "telemetry.jsonl")
+    start = [r for r in rows if r["event"] == "TRAIN_START"]
+    assert len(start) == 1 and start[0]["world_size"] == 2
+    assert start[0]["launch"] == {"launcher": "env", "id": None, "world_size": 2, "nodes": 1,
+                                  "per_node": 2}   # the variables the Ray workers set
+    assert not [r for r in rows if r["event"] == "RESUME"]
+    assert "2 worker(s) on 127.0.0.1:" in out   # the local cluster, on loopback
+    # rank 0's telemetry, read back and said by the driver
+    assert "finished" in out and "(resumed 0×" in out and f"steps={STEPS} world_size=2" in out
+    assert "cluster_environment=LightningEnvironment" in out
+
+
+def kill_rank_1_after(driver: subprocess.Popen, run: Path, step: int) -> list[int]:
+    """SIGKILL to the `python -m mens` whose RANK is 1 (a child of a Ray worker, under the
+    driver's local cluster) once last.ckpt holds `step`; the steps checkpointed by then."""
+    import psutil
+
+    deadline = time.time() + TIMEOUT
+    while time.time() < deadline:
+        tel = run / "telemetry.jsonl"
+        rows = read(tel, strict=False) if tel.exists() else []   # rank 0 may be mid-row
+        done = [r["step"] for r in rows if r["event"] == "CHECKPOINT"]
+        if done and max(done) >= step and (run / "checkpoints" / "last.ckpt").is_file():
+            for child in psutil.Process(driver.pid).children(recursive=True):
+                try:
+                    if child.environ().get("RANK") == "1" and child.cmdline()[1:3] == ["-m",
+                                                                                      "mens"]:
+                        child.send_signal(signal.SIGKILL)
+                        return done
+                except psutil.Error:
+                    continue
+            raise AssertionError("no `python -m mens` of rank 1 to kill (finished already?)")
+        assert driver.poll() is None, "mens launch ray ended before the kill"
+        time.sleep(0.05)
+    raise AssertionError(f"no checkpoint of step {step} within {TIMEOUT} s")
+
+
+@pytest.mark.slow
+def test_a_killed_worker_is_restarted_by_ray_and_resumes(reference, tmp_path):
+    driver = launch_ray(tmp_path, *COMMON, *TWO_WORKERS, "launch.max_restarts=1")
+    try:
+        done = kill_rank_1_after(driver, tmp_path / "run", 3)
+    finally:
+        out = finish(driver, tmp_path)
+    assert max(done) < STEPS, done   # killed mid-run
+    run = tmp_path / "run"
+    rows = read(run / "telemetry.jsonl")
+    # one run: the restarted group found last.ckpt and resumed it, in place
+    assert [r["event"] for r in rows if r["event"] in ("TRAIN_START", "RESUME")] == \
+        ["TRAIN_START", "RESUME"]
+    resume = next(r for r in rows if r["event"] == "RESUME")
+    assert resume["world_size"] == 2 and resume["checkpoint"].endswith("last.ckpt")
+    assert_same_run(run, reference)
+    assert_one_run_dir(tmp_path, run)
+    assert "(resumed 1×" in out and f"steps={STEPS}" in out
+
+
+def launch_fast(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "mens.launch", "ray", *args,
+                           f"hydra.run.dir={tmp_path / 'run'}"], cwd=tmp_path, env=clean_env(),
+                          capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize("args, key", [
+    (["+hw=cpu", "launch.ray_address=not an address"], "launch.ray_address"),
+    (["+hw=cpu", "launch.max_restarts=-1"], "launch.max_restarts"),
+    (["hw.devices=2"], "hw=auto"),   # this machine's tier is not the cluster's nodes'
+])
+def test_config_errors_exit_2_before_ray_starts(tmp_path, args, key):
+    p = launch_fast(tmp_path, *args)
+    assert p.returncode == 2, (p.stdout, p.stderr)
+    (line,) = [s for s in p.stderr.splitlines() if s.startswith("mens: error (exit 2): ")]
+    assert key in line and "Traceback" not in p.stderr
+    assert "worker(s) on" not in p.stdout and not (tmp_path / "run" / "ray").exists()
+
+
+def test_help_and_the_environment_handed_to_workers_import_no_ray():
+    code = ("import sys\nfrom mens.cli.launch import main\nfrom mens.launch.ray import propagated\n"
+            "try:\n    rc = main(['ray', '--help'])\nexcept SystemExit as e:\n    rc = e.code\n"
+            "env = {'NCCL_IB_HCA': 'mlx5', 'NCCL_SOCKET_IFNAME': 'ib0', 'GLOO_SOCKET_IFNAME': "
+            "'eth0', 'TORCH_NCCL_ASYNC_ERROR_HANDLING': '1', 'UCX_NET_DEVICES': 'mlx5_0:1', "
+            "'HF_TOKEN': 'hf_x', 'WANDB_API_KEY': 'w', 'PATH': '/bin'}\n"
+            "print(rc, 'ray' in sys.modules, sorted(propagated(env)))")
+    p = subprocess.run([sys.executable, "-c", code], env=clean_env(), capture_output=True,
+                       text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.splitlines()[-1] == (
+        "0 False ['GLOO_SOCKET_IFNAME', 'NCCL_IB_HCA', 'NCCL_SOCKET_IFNAME', "
+        "'TORCH_NCCL_ASYNC_ERROR_HANDLING', 'UCX_NET_DEVICES']")   # no secret, nothing else
