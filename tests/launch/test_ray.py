@@ -10,7 +10,6 @@ driver hands the workers of its environment.
 """
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -19,35 +18,25 @@ from pathlib import Path
 
 import pytest
 
+from launched_util import (COMMON, ONE, STEPS, TIMEOUT, adapter_gap, assert_same_losses,
+                            clean_env)
 from mens.run.telemetry import read
 
-STEPS = 8
-COMMON = ["+hw=cpu", "logger=csv", "train.seq_len=256", "curriculum=flat",
-          "train.eval_max_records=6", "train.global_batch=2", "train.micro_batch=1",
-          f"train.max_steps={STEPS}", "train.checkpoint_every=1", "lane=lora",
-          "train.attention=per_record", "train.loss=chunked"]
-ONE = ["train.grad_accum=2"]
 # Ray places both workers on its one local node: one node of two ranks (LOCAL_WORLD_SIZE=2)
 TWO_WORKERS = ["train.grad_accum=1", "hw.nodes=1", "hw.devices=2", "hw.strategy=ddp"]
-TIMEOUT = 600
 
 
-def clean_env(**extra) -> dict:
-    """No launcher's variables (this test may itself run under one), gloo on loopback only, and
-    the local Ray on loopback too: on Linux Ray binds and dials the machine's own address unless
-    RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 (its single-machine mode), and tests send nothing there."""
-    drop = ("SLURM_", "TORCHELASTIC_", "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE",
-            "GROUP_RANK", "GROUP_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "NODE_RANK",
-            "HYDRA_FULL_ERROR", "RAY_ADDRESS")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(drop)}
-    return {**env, "GLOO_SOCKET_IFNAME": "lo", "OMP_NUM_THREADS": "1",
-            "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", **extra}
+def ray_env() -> dict:
+    """The launched tests' clean environment, with the local Ray on loopback too: on Linux Ray
+    binds and dials the machine's own address unless RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 (its
+    single-machine mode), and tests send nothing there."""
+    return clean_env(RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0")
 
 
 def launch_ray(cwd: Path, *args: str) -> subprocess.Popen:
     out, err = (open(cwd / f"driver.{s}", "w") for s in ("out", "err"))
     return subprocess.Popen([sys.executable, "-m", "mens.launch", "ray", *args,
-                             f"hydra.run.dir={cwd / 'run'}"], cwd=cwd, env=clean_env(),
+                             f"hydra.run.dir={cwd / 'run'}"], cwd=cwd, env=ray_env(),
                             stdout=out, stderr=err, start_new_session=True)
 
 
@@ -68,22 +57,9 @@ def finish(p: subprocess.Popen, cwd: Path) -> str:
             p.wait()
 
 
-def steps(run: Path) -> dict[int, float]:
-    """step → loss (a resumed run logs the steps after its checkpoint again: the last wins)."""
-    return {r["step"]: r["loss"] for r in read(run / "telemetry.jsonl")
-            if r["event"] == "TRAIN_STEP"}
-
-
 def assert_same_run(run: Path, reference: Path) -> None:
-    from safetensors.torch import load_file
-
-    a, b = steps(run), steps(reference)
-    assert sorted(a) == sorted(b) == list(range(1, STEPS + 1))
-    for k in b:
-        assert abs(a[k] - b[k]) <= 1e-6, (k, a[k], b[k])
-    x, y = (load_file(r / "adapter" / "adapter_model.safetensors") for r in (run, reference))
-    assert set(x) == set(y)
-    assert max(float((x[k] - y[k]).abs().max()) for k in x) <= 1e-6
+    assert_same_losses(run, reference)
+    assert adapter_gap(run, reference) <= 1e-6
 
 
 def assert_one_run_dir(tmp: Path, run: Path) -> None:
@@ -98,7 +74,7 @@ def reference(tmp_path_factory) -> Path:
     """One process, micro-batch 1 × accumulation 2: the same rows per step as two ranks."""
     tmp = tmp_path_factory.mktemp("one")
     res = subprocess.run([sys.executable, "-m", "mens", *COMMON, *ONE,
-                          f"hydra.run.dir={tmp / 'run'}"], cwd=tmp, env=clean_env(),
+                          f"hydra.run.dir={tmp / 'run'}"], cwd=tmp, env=ray_env(),
                          capture_output=True, text=True, timeout=TIMEOUT)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     return tmp / "run"
@@ -169,7 +145,7 @@ def test_a_killed_worker_is_restarted_by_ray_and_resumes(reference, tmp_path):
 
 def launch_fast(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "mens.launch", "ray", *args,
-                           f"hydra.run.dir={tmp_path / 'run'}"], cwd=tmp_path, env=clean_env(),
+                           f"hydra.run.dir={tmp_path / 'run'}"], cwd=tmp_path, env=ray_env(),
                           capture_output=True, text=True, timeout=120)
 
 
@@ -193,7 +169,7 @@ def test_help_and_the_environment_handed_to_workers_import_no_ray():
             "'eth0', 'TORCH_NCCL_ASYNC_ERROR_HANDLING': '1', 'UCX_NET_DEVICES': 'mlx5_0:1', "
             "'HF_TOKEN': 'hf_x', 'WANDB_API_KEY': 'w', 'PATH': '/bin'}\n"
             "print(rc, 'ray' in sys.modules, sorted(propagated(env)))")
-    p = subprocess.run([sys.executable, "-c", code], env=clean_env(), capture_output=True,
+    p = subprocess.run([sys.executable, "-c", code], env=ray_env(), capture_output=True,
                        text=True, timeout=120)
     assert p.returncode == 0, p.stderr
     assert p.stdout.splitlines()[-1] == (
