@@ -116,8 +116,9 @@ def test_compute_hub_and_data_tree_from_the_page(studio, browser, tmp_path):
 
 def test_evals_tab_draws_bars_with_their_intervals(studio, browser, tmp_path):
     """A fixture eval.json (mens.eval.stats' real intervals) and gate.json in a run dir: the
-    Evals tab draws one bar per model and metric, and each error bar spans exactly the row's
-    interval on that bar's own scale (read back from the drawn geometry)."""
+    Evals tab draws one uPlot per metric with a bar per model, each bar's top on the canvas at its
+    value, and each error bar spans exactly the row's interval on that bar's own scale (the
+    whisker rows as chart.js's draw hook drew them; tests/studio/test_charts.py: their ink)."""
     from eval_util import fake_adapter, rows_a, write_eval, write_gate
 
     url, runs = studio
@@ -133,24 +134,27 @@ def test_evals_tab_draws_bars_with_their_intervals(studio, browser, tmp_path):
     page.on("pageerror", lambda e: errors.append(str(e)))
     page.goto(url + "#evals")
     art = page.locator('article[data-run="2026-12-01/10-00-00_train"]')
-    art.locator("svg.eval-chart rect.bar").first.wait_for(timeout=30_000)
-    assert art.locator("rect.bar").count() == 2 * len(rows)      # base and tuned per metric
-    assert art.locator("line.err").count() == 2 * len(rows)
-    drawn = page.evaluate("""run => [...document.querySelectorAll(
-        `article[data-run="${run}"] g.metric`)].map(g => ({metric: g.dataset.metric,
-        bars: [...g.querySelectorAll('rect.bar')].map(r => { const e = g.querySelector(
-          `line.err[data-model="${r.dataset.model}"]`); return {model: r.dataset.model,
-          y: +r.getAttribute('y'), h: +r.getAttribute('height'),
-          hi: +e.getAttribute('y1'), lo: +e.getAttribute('y2')}; })}))""",
-        "2026-12-01/10-00-00_train")
+    art.locator(".eval-panel .uplot").first.wait_for(timeout=30_000)
+    assert art.locator(".eval-panel").count() == len(rows)       # one uPlot per metric
+    # per metric, each whisker as chart.js drew it (plot.errorBars: CSS px in the plot area),
+    # and the bar's colour read off the canvas just below and just above its value's row
+    drawn = page.evaluate("""run => EvalChart.plots.filter(u => u.root.closest(
+        `article[data-run="${run}"]`)).map(u => ({metric: u.root.closest('.eval-panel')
+        .dataset.metric, bars: u.errorBars.map(b => { const px = (dy) => [...u.ctx.getImageData(
+          Math.round(b.canvas.x + 10 * uPlot.pxRatio), Math.round(u.valToPos(b.value, 'y', true)
+          + dy * uPlot.pxRatio), 1, 1).data.slice(0, 3)]; return {...b, inside: px(3),
+          above: px(-3)}; })}))""", "2026-12-01/10-00-00_train")
+    colours = {"base": [0x9a, 0xa5, 0xb1], "tuned": [0x25, 0x53, 0xb8]}   # chart.js's
     assert [d["metric"] for d in drawn] == [r["name"] for r in rows]
     for d, row in zip(drawn, rows):
+        assert [b["model"] for b in d["bars"]] == ["base", "tuned"]
         for b in d["bars"]:
             s = row[b["model"]]
-            scale, base_y = b["h"] / s["value"], b["y"] + b["h"]   # px per unit; the 0 line
-            assert b["h"] > 10
-            assert base_y - b["hi"] == pytest.approx(s["ci"][1] * scale, abs=0.05)
-            assert base_y - b["lo"] == pytest.approx(s["ci"][0] * scale, abs=0.05)
+            assert b["inside"] == colours[b["model"]] and b["above"] != b["inside"], b
+            scale = (b["y0"] - b["yValue"]) / s["value"]        # px per unit; y0: the 0 line
+            assert b["y0"] - b["yValue"] > 10
+            assert b["y0"] - b["yHi"] == pytest.approx(s["ci"][1] * scale, abs=0.05)
+            assert b["y0"] - b["yLo"] == pytest.approx(s["ci"][0] * scale, abs=0.05)
     # the table and the gate badge say the same numbers as text
     gain = rows[0]["gain"]
     assert art.locator(f'tr[data-metric="{rows[0]["name"]}"] td.gain').inner_text() == (

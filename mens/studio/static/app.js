@@ -251,17 +251,17 @@ function draw() {
   const on = ch => document.querySelector(`[data-ch=${ch}]`).checked;
   const pts = key => ema(rows.filter(r => r[key] != null).map(r => [X(r), r[key]]));
   const series = [];
-  if (on("loss")) series.push({ name: "loss", colour: Chart.colours.loss, points: pts("loss") });
-  if (on("tokens_per_sec")) series.push({ name: "tokens/s", colour: Chart.colours.tokens_per_sec, points: pts("tokens_per_sec") });
+  if (on("loss")) series.push({ name: "loss", unit: "loss", colour: Chart.colours.loss, points: pts("loss") });
+  if (on("tokens_per_sec")) series.push({ name: "tokens/s", unit: "tokens/s", colour: Chart.colours.tokens_per_sec, points: pts("tokens_per_sec") });
   if (on("memory")) {
     const [key, label] = MEMORY_KEYS.find(([k]) => rows.some(r => r[k] != null)) || MEMORY_KEYS[0];
-    series.push({ name: label + " vs planned peak", key, colour: Chart.colours.memory, ceiling, points: pts(key) });
+    series.push({ name: label + " vs planned peak", key, unit: "MB", colour: Chart.colours.memory, ceiling, points: pts(key) });
   }
-  if (on("rss_mb")) series.push({ name: "process RAM MB", colour: Chart.colours.rss_mb, points: pts("rss_mb") });
-  if (on("cpu_util_pct")) series.push({ name: "CPU %", colour: Chart.colours.cpu_util_pct, points: pts("cpu_util_pct") });
+  if (on("rss_mb")) series.push({ name: "process RAM MB", unit: "MB", colour: Chart.colours.rss_mb, points: pts("rss_mb") });
+  if (on("cpu_util_pct")) series.push({ name: "CPU %", unit: "%", colour: Chart.colours.cpu_util_pct, points: pts("cpu_util_pct") });
   if (on("gpu_util_pct")) {
     const has = rows.some(r => r.gpu_util_pct != null);
-    series.push({ name: has ? "accelerator %" : "accelerator % (not reported by this backend)", colour: Chart.colours.gpu_util_pct, points: pts("gpu_util_pct") });
+    series.push({ name: has ? "accelerator %" : "accelerator % (not reported by this backend)", unit: "%", colour: Chart.colours.gpu_util_pct, points: pts("gpu_util_pct") });
   }
   $("#chart-legend").textContent = series.map(s => s.name + (s.key ? ` [${s.key}]` : "")).join(" · ");
   Chart.draw($("#chart"), series, { xlabel: byTime ? "s" : "step",

@@ -1,63 +1,12 @@
 // mens studio: the Evals panel's results (each run's eval.json metric rows, its gate verdict)
-// and their chart: base vs tuned bars with 95 % interval error bars, as inline SVG built here
-// from the JSON (no library). One small panel per metric, each on its own scale from 0: an
-// accuracy and a loss side by side cannot share an axis.
+// and their chart: base vs tuned bars with 95 % interval error bars (chart.js: EvalChart, one
+// small uPlot per metric, each on its own scale from 0).
 "use strict";
-const SVG = "http://www.w3.org/2000/svg";
-const svgEl = (tag, attrs = {}, text) => {
-  const e = document.createElementNS(SVG, tag);
-  for (const [k, v] of Object.entries(attrs)) e.setAttribute(k, v);
-  if (text !== undefined) e.textContent = text;
-  return e;
-};
 // the numbers as mens.compare.evals prints them: 3 decimals, 4 significant digits when large
 const num = (x, signed) => x == null ? "—" : (signed && x >= 0 ? "+" : "") +
   (Math.abs(x) < 1000 ? x.toFixed(3) : x.toPrecision(4));
 const statText = (s, signed) => !s || s.value == null ? "—" :
   num(s.value, signed) + (s.ci ? ` [${num(s.ci[0], signed)}, ${num(s.ci[1], signed)}]` : "");
-
-const EvalChart = {
-  models: ["base", "tuned"],
-  colours: { base: "#9aa5b1", tuned: "#2553b8" },
-  panel: { w: 175, h: 190, top: 16, bottom: 44, bar: 34, gap: 14 },
-  // one <svg>; per metric a <g class="metric" data-metric> holding, per model with a value,
-  // rect.bar (0 → value) and line.err (ci lo → hi, with two line.cap ends)
-  svg(rows) {
-    const P = this.panel, W = P.w * Math.max(rows.length, 1), H = P.h;
-    const svg = svgEl("svg", { width: W, height: H, viewBox: `0 0 ${W} ${H}`, class: "eval-chart",
-      role: "img", "aria-label": "base vs tuned per metric, with 95 % intervals" });
-    rows.forEach((row, i) => {
-      const present = this.models.filter(m => row[m] && row[m].value != null);
-      const vals = present.flatMap(m => [row[m].value, ...(row[m].ci || [])]);
-      let lo = Math.min(0, ...vals), hi = Math.max(0, ...vals);
-      if (hi - lo < 1e-12) hi = lo + 1;
-      hi += 0.08 * (hi - lo);                                   // room above the highest cap
-      const Y = v => P.top + (H - P.top - P.bottom) * (hi - v) / (hi - lo);
-      const g = svgEl("g", { class: "metric", "data-metric": row.name, transform: `translate(${i * P.w},0)` });
-      g.append(svgEl("line", { class: "axis", x1: 8, x2: P.w - 8, y1: Y(0), y2: Y(0), stroke: "#5b6570" }));
-      present.forEach((m, j) => {
-        const s = row[m], x = 8 + P.gap + j * (P.bar + P.gap) + (P.w - 150) / 2, cx = x + P.bar / 2;
-        const top = Y(Math.max(0, s.value)), bottom = Y(Math.min(0, s.value));
-        const bar = svgEl("rect", { class: "bar bar-" + m, "data-model": m, "data-value": s.value, x, y: top,
-          width: P.bar, height: bottom - top, fill: this.colours[m] });
-        bar.append(svgEl("title", {}, `${row.name} ${m}: ${statText(s)}`));
-        g.append(bar);
-        if (s.ci) {
-          const attrs = { stroke: "#1b1f24", "stroke-width": 1.5 };
-          g.append(svgEl("line", { class: "err err-" + m, "data-model": m, x1: cx, x2: cx, y1: Y(s.ci[1]), y2: Y(s.ci[0]), ...attrs }));
-          for (const v of s.ci) g.append(svgEl("line", { class: "cap", x1: cx - 6, x2: cx + 6, y1: Y(v), y2: Y(v), ...attrs }));
-        }
-        g.append(svgEl("text", { x: cx, y: H - P.bottom + 13, "text-anchor": "middle", "font-size": 10 }, m));
-      });
-      const name = row.name.length > 24 ? row.name.slice(0, 23) + "…" : row.name;
-      g.append(svgEl("text", { class: "metric-name", x: P.w / 2, y: H - P.bottom + 27, "text-anchor": "middle", "font-size": 11 }, name));
-      g.append(svgEl("text", { x: P.w / 2, y: H - P.bottom + 40, "text-anchor": "middle", "font-size": 10,
-        fill: "#5b6570" }, "gain " + statText(row.gain, true)));
-      svg.append(g);
-    });
-    return svg;
-  },
-};
 
 function evalTable(rows) {
   const head = ["metric", "group", "n", "base [95 % ci]", "tuned [95 % ci]", "gain [paired ci]", "version"];
@@ -79,7 +28,7 @@ async function loadEvalResults() {
       g && g.badge ? el("small", { class: "gate-badge" }, " " + g.badge) : "",
       ev ? el("small", {}, ` · ${ev.lane || "base"} on ${ev.rung}, spoke ${ev.spoke ?? "–"}`) : "");
     const body = r.error ? el("p", { class: "error" }, r.error) :
-      ev ? el("div", { class: "cols" }, el("div", {}, EvalChart.svg(ev.rows)), el("div", { class: "scroll" }, evalTable(ev.rows))) :
+      ev ? el("div", { class: "cols" }, EvalChart.mount(el("div"), ev.rows, statText), el("div", { class: "scroll" }, evalTable(ev.rows))) :
       el("p", { class: "hint" }, "gated, no eval.json beside it");
     box.append(el("article", { class: "eval-run", "data-run": r.id }, head, body));
   }
