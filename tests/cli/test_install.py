@@ -53,7 +53,11 @@ def test_the_wheel_carries_what_mens_reads_at_run_time(installed):
     for want in ("mens/conf/mens.yaml", "mens/conf/contract.yaml", "mens/conf/hw/h200.yaml",
                  "mens/conf/hydra/launcher/mens_slurm.yaml", "mens/recipes/tiny_smoke.yaml",
                  "mens/evidence/cpu.jsonl", "mens/assets/tiny/model.safetensors",
-                 "mens/assets/corpora/vox_lang/eval.jsonl", "mens/cli/__init__.py"):
+                 "mens/assets/corpora/vox_lang/eval.jsonl", "mens/cli/__init__.py",
+                 "mens/studio/static/index.html",     # the page and its charting library, no CDN
+                 "mens/studio/static/vendor/uplot/uPlot.iife.min.js",
+                 "mens/studio/static/vendor/uplot/uPlot.min.css",
+                 "mens/studio/static/vendor/uplot/LICENSE"):
         assert want in names, want
     assert not [n for n in names if n.startswith(("tools/", "tests/", "mens/tools"))]
     assert not [n for n in names if n.endswith("make_corpus.py")]   # build-time tools stay out

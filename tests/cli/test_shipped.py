@@ -11,6 +11,7 @@ came through wandb alone). A self-test runs the same check on a fake tree that b
 from __future__ import annotations
 
 import ast
+import glob
 from importlib import metadata
 from pathlib import Path
 
@@ -84,6 +85,20 @@ def test_the_wheel_lists_every_package_and_no_tool(project):
     assert all(p == "mens" or p.startswith("mens.") for p in listed)
     assert not (ROOT / "mens" / "cli" / "bench.py").exists() and \
         (ROOT / "tools" / "bench" / "bench.py").is_file()   # make bench runs it from there
+
+
+def test_the_wheel_ships_every_studio_static_file(project):
+    """The studio's page, its scripts and the vendored uPlot (static/vendor/uplot/: no CDN) match
+    mens.studio's package-data globs, expanded as setuptools expands them (recursive glob);
+    tests/cli/test_install.py finds them in a built wheel (slow)."""
+    here = ROOT / "mens" / "studio"
+    globs = project["tool"]["setuptools"]["package-data"]["mens.studio"]
+    shipped = {f for g in globs for f in glob.glob(g, root_dir=here, recursive=True)
+               if (here / f).is_file()}
+    on_disk = {p.relative_to(here).as_posix() for p in (here / "static").rglob("*") if p.is_file()}
+    assert {"static/index.html", "static/vendor/uplot/uPlot.iife.min.js",
+            "static/vendor/uplot/uPlot.min.css", "static/vendor/uplot/LICENSE"} <= on_disk
+    assert on_disk - shipped == set(), "studio files the wheel would not carry"
 
 
 def test_the_dev_only_rule_can_fail(tmp_path):
