@@ -3,13 +3,15 @@ the page's network held to the studio itself: a run's telemetry draws with an x 
 per unit, tick labels on each (read from the plot, and as ink on the canvas where each `.u-axis`
 sits), the units in the axis labels and the legend; drag-to-zoom narrows the x scale and a
 double-click restores it; the run's eval draws each value's interval as an error bar (ink on the
-canvas at each cap). Any request for a host other than 127.0.0.1 is aborted and fails the test.
+canvas at each cap), zoomable in y. Any request for a host other than 127.0.0.1 is aborted and fails the test.
 Screenshots: screens/ under the test's tmp dir."""
 from __future__ import annotations
 
 import base64
 import json
 from urllib.parse import urlparse
+
+import pytest
 
 from mens.run.telemetry import Event
 
@@ -123,6 +125,20 @@ def test_charts_render_axes_zoom_and_error_bars_offline(studio, browser, tmp_pat
             assert (b["lo"], b["hi"]) == tuple(row[b["model"]]["ci"])
             assert b["cap"] < 250 and b["whisker"] < 250, b   # dark ink (#1b1f24) on the canvas
     first = art.locator(".eval-panel").first
+    # zoom in y by dragging down the plot, a double-click back to the whole interval
+    y_of = "() => { const y = EvalChart.plots.find(u => document.contains(u.root)).scales.y; " \
+           "return [y.min, y.max]; }"
+    whole = page.evaluate(y_of)
+    box = first.locator(".u-over").bounding_box()
+    x = box["x"] + box["width"] / 2
+    page.mouse.move(x, box["y"] + box["height"] * 0.2)
+    page.mouse.down()
+    page.mouse.move(x, box["y"] + box["height"] * 0.6, steps=5)
+    page.mouse.up()
+    near = page.evaluate(y_of)
+    assert whole[0] < near[0] < near[1] < whole[1], (whole, near)
+    page.mouse.dblclick(x, box["y"] + box["height"] / 2)
+    assert page.evaluate(y_of) == pytest.approx(whole), whole
     assert first.locator(".u-axis").count() == 2
     assert "[" in first.locator(".u-legend").inner_text()   # the legend reads value [lo, hi]
     shot = shots / "evals.png"

@@ -12,8 +12,8 @@ const INK = "#1b1f24", MUTE = "#5b6570", GRID = "#eceef0";
 // they are drawn on the canvas, and this is how a reader (the browser test) can see them
 const ticks = fmt => (u, splits, ai) => ((u.tickLabels ||= [])[ai] = splits.map(fmt));
 const number = v => v == null ? "" : v.toLocaleString();
-const axisStyle = { values: ticks(number),  stroke: MUTE, grid: { stroke: GRID, width: 1 }, ticks: { stroke: GRID, width: 1 },
-  font: "11px system-ui", labelFont: "12px system-ui" };
+const axisStyle = { values: ticks(number), stroke: MUTE, grid: { stroke: GRID, width: 1 },
+  ticks: { stroke: GRID, width: 1 }, font: "11px system-ui", labelFont: "12px system-ui" };
 
 // the legend: the value under the cursor, else the channel's latest one (as the run goes)
 const latest = (u, v, si, idx) => {
@@ -131,13 +131,16 @@ const EvalChart = {
     const bars = uPlot.paths.bars({ size: [0.55, 48], align: 0 });
     const opts = {
       class: "eval-chart", width: this.size.w, height: this.size.h,
-      scales: { x: { time: false, range: [-0.6, models.length - 0.4] }, y: { range: [lo, hi] } },
+      // ranges as functions, not arrays: a scale with an array range never auto-ranges, so a
+      // double-click (uPlot re-ranges x, then every auto scale) would not undo a zoom in y
+      scales: { x: { time: false, range: () => [-0.6, models.length - 0.4] }, y: { range: () => [lo, hi] } },
       axes: [{ ...axisStyle, grid: { show: false }, splits: () => xs, values: ticks(i => models[i] ?? "") },
         { ...axisStyle, label: name + (row.higher_is_better === false ? " ↓" : ""), labelSize: 18, size: 46 }],
       series: [{ label: "model", value: (u, i) => i == null ? "" : models[i] ?? "" },
-        ...models.map((m, j) => ({ label: m, stroke: this.colours[m], fill: this.colours[m], width: 0,
+        ...models.map(m => ({ label: m, stroke: this.colours[m], fill: this.colours[m], width: 0,
           paths: bars, points: { show: false }, value: () => text(row[m]) }))],
-      cursor: { drag: { x: true, y: true, uni: 20 }, points: { show: false } },
+      // zoom in y (drag up or down the plot: the intervals up close); a double-click resets
+      cursor: { drag: { x: false, y: true }, points: { show: false } },
       hooks: { draw: [u => this.whiskers(u, row, models)] },
     };
     // one x per model, each series a value at its own x only (a bar per model, in its colour)
@@ -155,10 +158,9 @@ const EvalChart = {
       ctx.beginPath(); ctx.moveTo(x, yLo); ctx.lineTo(x, yHi);
       for (const y of [yLo, yHi]) { ctx.moveTo(x - cap, y); ctx.lineTo(x + cap, y); }
       ctx.stroke();
-      // CSS pixels within the plot area, as a test reads them back
+      // canvas pixels as drawn, and CSS pixels within the plot area (what a reader compares)
       u.errorBars.push({ model: m, value: s.value, lo: s.ci[0], hi: s.ci[1], canvas: { x, yLo, yHi },
-        x: u.valToPos(i, "x"),
-        y0: u.valToPos(0, "y"), yValue: u.valToPos(s.value, "y"),
+        x: u.valToPos(i, "x"), y0: u.valToPos(0, "y"), yValue: u.valToPos(s.value, "y"),
         yLo: u.valToPos(s.ci[0], "y"), yHi: u.valToPos(s.ci[1], "y") });
     });
     ctx.restore();
