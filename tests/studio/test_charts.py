@@ -111,6 +111,15 @@ def test_charts_render_axes_zoom_and_error_bars_offline(studio, browser, tmp_pat
     page.mouse.dblclick(box["x"] + box["width"] / 2, y)
     full = page.evaluate("() => [Chart.plot.scales.x.min, Chart.plot.scales.x.max, Chart.zoomed]")
     assert full[0] <= 1 and full[1] >= 30 and not full[2], full
+    # another channel and the wall-time x axis: the chart is rebuilt with their axes
+    page.check('[data-ch="tokens_per_sec"]')
+    page.select_option("#xaxis", "time")
+    page.wait_for_function("Chart.plot && Chart.plot.axes[0].label === 'wall time (s)'")
+    assert page.evaluate("() => Chart.plot.axes.map(a => a.label)") == [
+        "wall time (s)", "loss", "tokens/s", "memory MB"]
+    assert page.evaluate("() => Chart.plot.data[0].at(-1)") == 58   # 29 steps of 2 s after the 1st
+    assert chart.locator(".u-axis").count() == 4
+    page.screenshot(path=str(shots / "telemetry-time.png"))
 
     # the eval: one panel per metric, each value's [lo, hi] as a drawn error bar
     page.click("#tab-evals")
