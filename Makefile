@@ -95,7 +95,7 @@ demo: install ## train the tiny default (or reuse the last run), serve base + ad
 	$(PY) -m mens.cli.demo $(ARGS)
 
 docs: install ## the docs site into site/ (mkdocs-material; --strict: a broken link or a missing page fails), reference pages generated from the code
-	DISABLE_MKDOCS_2_WARNING=true $(VENV)/bin/mkdocs build --strict --site-dir site
+	DISABLE_MKDOCS_2_WARNING=true NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
 
 clean: ## remove run outputs (keeps .venv)
 	rm -rf outputs/20* outputs/multirun .pytest_cache site
