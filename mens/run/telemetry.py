@@ -56,15 +56,15 @@ class Launch(TypedDict, total=False):
 
 
 class TrainStart(Row, Launch):
-    spec: dict
-    plan: dict
-    git: dict
-    versions: dict
-    host: dict
-    argv: list
-    allocator: dict
-    world_size: int
-    strategy: str
+    spec: dict                               # the resolved run spec (spec.yaml's content)
+    plan: dict                               # the plan it was admitted on (plan.json's)
+    git: dict                                # commit and dirty of mens's checkout (null: installed)
+    versions: dict                           # the packages' versions the run used
+    host: dict                               # hostname, platform, python, cpus
+    argv: list                               # the command line
+    allocator: dict                          # the heap setting in force (train.heap)
+    world_size: int                          # processes training (hw.nodes × hw.devices)
+    strategy: str                            # single | ddp | fsdp2
 
 
 class Resume(Row, Launch):
@@ -99,28 +99,29 @@ class Curriculum(Row, total=False):
 
 
 class TrainStep(Row, total=False):
-    epoch: int
-    step: int
-    loss: float
-    learning_rate: float
-    grad_norm: float | None
-    tokens_per_sec: float | None
-    valid_tokens: int
-    real_tokens: int
-    padding_pct: float | None
-    supervised_ratio_pct: float | None
-    planned_peak_mb: float | None
-    window_peak_mb: float | None
-    planned_steps_total: int
-    eta_seconds_remaining: float | None
-    progress_fraction: float | None
-    steps_per_sec_ema: float | None
-    cpu_util_pct: float | None               # resource readings: null where a backend has none
-    sys_ram_used_mb: float | None
-    peak_mem_mb: float | None
-    gpu_util_pct: float | None
-    gpu_vram_used_mb: float | None
-    rss_mb: float                            # CPU only
+    epoch: int                               # from 0
+    step: int                                # optimizer steps done
+    loss: float                              # the objective's loss of the step
+    learning_rate: float                     # after the schedule
+    grad_norm: float | None                  # total 2-norm of the gradients, before clipping
+    tokens_per_sec: float | None             # real tokens of every rank / the step's seconds
+    valid_tokens: int                        # supervised tokens (those the loss counts), all ranks
+    real_tokens: int                         # tokens that are not padding, all ranks
+    padding_pct: float | None                # share of the batch's slots that are padding
+    supervised_ratio_pct: float | None       # valid_tokens / real_tokens
+    planned_peak_mb: float | None            # the plan's predicted peak of the training window
+    window_peak_mb: float | None             # its measured peak so far (mens.train.meter)
+    planned_steps_total: int                 # optimizer steps the plan expects
+    eta_seconds_remaining: float | None      # steps left / steps_per_sec_ema
+    progress_fraction: float | None          # step / planned_steps_total
+    steps_per_sec_ema: float | None          # optimizer steps per second, moving average
+    # resource readings (mens.train.telemetry.resource_readings): null where a backend has none
+    cpu_util_pct: float | None               # the machine's, since the last reading
+    sys_ram_used_mb: float | None            # the machine's RAM in use
+    peak_mem_mb: float | None                # CUDA: allocator peak; MPS: driver's; CPU: peak RSS
+    gpu_util_pct: float | None               # CUDA with NVML only
+    gpu_vram_used_mb: float | None           # CUDA: reserved by the allocator; MPS: driver's
+    rss_mb: float                            # the process's RSS now (CPU only)
     # a mixture of experts: the router's load-balancing loss, unscaled, the step's micro-batch
     # mean (mens.train.router; `loss` stays the causal-LM loss even where coef·aux is added)
     router_aux_loss: float

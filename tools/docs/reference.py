@@ -68,8 +68,16 @@ def _constant(module: str, name: str):
     raise LookupError(f"{module} has no constant {name}")
 
 
-def _docstring(module: str) -> str:
-    return ast.get_docstring(ast.parse(_source(module).read_text())) or ""
+def _docstring(module: str, name: str | None = None) -> str:
+    """A module's docstring, or that of its function or class `name` (read, not imported)."""
+    tree = ast.parse(_source(module).read_text())
+    if name is not None:
+        tree = next(n for n in tree.body if getattr(n, "name", None) == name)
+    return ast.get_docstring(tree) or ""
+
+
+def sentence(text: str) -> str:
+    return md(text[:1].upper() + text[1:]).rstrip(".") + "." if text else ""
 
 
 def _own_doc(cls) -> str:
@@ -102,7 +110,7 @@ def commands_page() -> str:
     lines += _table(("command", "what it does"),
                     [(f"[`mens {n}`](#{n})", md(s)) for n, s, _ in command_table()])
     for name, summary, module in command_table():
-        lines += [f"## {name}", "", md(summary[0].upper() + summary[1:]) + ".", "",
+        lines += [f"## {name}", "", sentence(summary), "",
                   "```sh", f"mens {name} [overrides]"]
         main_module = forms.get(name) or (module if "__main__" in _source(module).read_text()
                                           else None)
@@ -231,7 +239,7 @@ def telemetry_page() -> str:
         row = t.ROWS[e]
         comments = inherited_comments(row)
         required = t.required(e)
-        lines += [f"## {e.value}", "", md(events[e.name]) + "."
+        lines += [f"## {e.value}", "", sentence(events[e.name])
                   + (" Terminal: no row of this session follows." if e in t.TERMINAL else ""),
                   ""]
         fields = [(code(name), code(_annotation(tp)), "always" if name in required else "",
@@ -263,6 +271,10 @@ def metrics_page() -> str:
              "fields in [telemetry](telemetry.md#train_step).", ""]
     lines += _table(("logged as", "TRAIN_STEP field", "meaning"),
                     [(code(name), code(f), md(step.get(f, ""))) for f, name in logged.items()])
+    held_out = " ".join(_docstring("mens.train.trainer", "HeldOutEval").split())
+    names = " ".join(_docstring("mens.train.trainer", "eval_metric").split())
+    lines += [f"Held out during training (`train.eval_every`): {md(held_out)} Named: {md(names)}",
+              ""]
     doc = _docstring("mens.eval")
     shape = doc[doc.find("\neval.json") + 1:]   # from the row's shape on
     lines += ["## Eval", "",
