@@ -68,18 +68,18 @@ class TrainStart(Row, Launch):
 
 
 class Resume(Row, Launch):
-    checkpoint: str
-    world_size: int
+    checkpoint: str                          # the checkpoint the session continues from
+    world_size: int                          # must equal the run's first (a resume keeps the world)
 
 
 class Detail(Row):                           # GPU_FALLBACK, NOTE
-    detail: str
+    detail: str                              # the note, as printed
 
 
 class Data(Row, total=False):
-    spoke: str
-    data: str
-    lock: list
+    spoke: str                               # the run's spoke
+    data: str                                # where the records came from (data.source's label)
+    lock: list                               # files read and their sha256 (spec's data_lock)
     unsupervised_records_skipped: int        # + the pipeline's own counts (mens.data)
 
 
@@ -90,10 +90,10 @@ class Paths(Row):
 
 
 class Curriculum(Row, total=False):
-    epoch: int
-    cap: Any
-    total: int
-    per_phase: dict
+    epoch: int                               # from 0
+    cap: Any                                 # highest difficulty seen (curriculum.caps)
+    total: int                               # records this epoch trains on
+    per_phase: dict                          # those records per curriculum phase (0s kept)
     rows: int                                # packed: the epoch's rows (mens.data.pack)
     records: int
 
@@ -145,34 +145,34 @@ class Eval(Row, total=False):
 
 
 class Checkpoint(Row, total=False):
-    step: int
+    step: int                                # the optimizer steps it holds
     epoch: int
-    path: str
-    world_size: int
+    path: str                                # the checkpoint file
+    world_size: int                          # the world that wrote it (a resume must match)
     reason: str                              # interrupted | requested (absent: periodic)
 
 
 class Interrupted(Row):
-    exit_code: int
-    step: int
-    checkpoint: str
+    exit_code: int                           # 130
+    step: int                                # the last optimizer step done
+    checkpoint: str                          # where resume= goes on from
 
 
 class Failed(Row):
-    exit_code: int
-    step: int
-    message: str
-    checkpoint: str | None
+    exit_code: int                           # the MensError's (mens.errors)
+    step: int                                # the last optimizer step done
+    message: str                             # the error's one paragraph
+    checkpoint: str | None                   # the last checkpoint, if any
 
 
 class Complete(Row, total=False):            # summary.json's content (mens.train.run._summary)
     spoke: str
-    lane: str
+    lane: str                                # its label: lora, lora-dpo … (lane_fields)
     rung: str
-    steps: int
-    eval_loss_base: float
-    eval_loss_adapter: float
-    duration_s: float
+    steps: int                               # optimizer steps trained
+    eval_loss_base: float                    # held-out loss of the base model
+    eval_loss_adapter: float                 # held-out loss after training
+    duration_s: float                        # wall seconds of fitting (this session)
 
 
 ROWS: dict[Event, type] = {
