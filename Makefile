@@ -28,7 +28,7 @@ TEST_JOBS ?= 2
 XDIST := $(if $(filter 0,$(TEST_JOBS)),,-n $(TEST_JOBS) --dist loadfile)
 TEST_ENV := $(if $(filter 0,$(TEST_JOBS)),,OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1})
 
-.PHONY: help install run plan test test-slow test-learn test-full bench clean export serve eval compare demo push
+.PHONY: help install run plan test test-slow test-learn test-full bench clean export serve eval compare demo push docs
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -94,8 +94,11 @@ compare: install ## base vs fine-tuned (RUN=<run dir>) or across runs (RUNS="<di
 demo: install ## train the tiny default (or reuse the last run), serve base + adapter, ask both
 	$(PY) -m mens.cli.demo $(ARGS)
 
+docs: install ## the docs site into site/ (mkdocs-material; --strict: a broken link or a missing page fails), reference pages generated from the code
+	DISABLE_MKDOCS_2_WARNING=true NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
+
 clean: ## remove run outputs (keeps .venv)
-	rm -rf outputs/20* outputs/multirun .pytest_cache
+	rm -rf outputs/20* outputs/multirun .pytest_cache site
 
 # --- calibration (issue #4): records of measured peaks → fitted cells of conf/contract.yaml ---
 .PHONY: calibrate calibrate-gpu fit

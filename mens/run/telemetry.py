@@ -56,30 +56,30 @@ class Launch(TypedDict, total=False):
 
 
 class TrainStart(Row, Launch):
-    spec: dict
-    plan: dict
-    git: dict
-    versions: dict
-    host: dict
-    argv: list
-    allocator: dict
-    world_size: int
-    strategy: str
+    spec: dict                               # the resolved run spec (spec.yaml's content)
+    plan: dict                               # the plan it was admitted on (plan.json's)
+    git: dict                                # commit and dirty of mens's checkout (null: installed)
+    versions: dict                           # the packages' versions the run used
+    host: dict                               # hostname, platform, python, cpus
+    argv: list                               # the command line
+    allocator: dict                          # the heap setting in force (train.heap)
+    world_size: int                          # processes training (hw.nodes × hw.devices)
+    strategy: str                            # single | ddp | fsdp2
 
 
 class Resume(Row, Launch):
-    checkpoint: str
-    world_size: int
+    checkpoint: str                          # the checkpoint the session continues from
+    world_size: int                          # must equal the run's first (a resume keeps the world)
 
 
 class Detail(Row):                           # GPU_FALLBACK, NOTE
-    detail: str
+    detail: str                              # the note, as printed
 
 
 class Data(Row, total=False):
-    spoke: str
-    data: str
-    lock: list
+    spoke: str                               # the run's spoke
+    data: str                                # where the records came from (data.source's label)
+    lock: list                               # files read and their sha256 (spec's data_lock)
     unsupervised_records_skipped: int        # + the pipeline's own counts (mens.data)
 
 
@@ -90,37 +90,38 @@ class Paths(Row):
 
 
 class Curriculum(Row, total=False):
-    epoch: int
-    cap: Any
-    total: int
-    per_phase: dict
+    epoch: int                               # from 0
+    cap: Any                                 # highest difficulty seen (curriculum.caps)
+    total: int                               # records this epoch trains on
+    per_phase: dict                          # those records per curriculum phase (0s kept)
     rows: int                                # packed: the epoch's rows (mens.data.pack)
     records: int
 
 
 class TrainStep(Row, total=False):
-    epoch: int
-    step: int
-    loss: float
-    learning_rate: float
-    grad_norm: float | None
-    tokens_per_sec: float | None
-    valid_tokens: int
-    real_tokens: int
-    padding_pct: float | None
-    supervised_ratio_pct: float | None
-    planned_peak_mb: float | None
-    window_peak_mb: float | None
-    planned_steps_total: int
-    eta_seconds_remaining: float | None
-    progress_fraction: float | None
-    steps_per_sec_ema: float | None
-    cpu_util_pct: float | None               # resource readings: null where a backend has none
-    sys_ram_used_mb: float | None
-    peak_mem_mb: float | None
-    gpu_util_pct: float | None
-    gpu_vram_used_mb: float | None
-    rss_mb: float                            # CPU only
+    epoch: int                               # from 0
+    step: int                                # optimizer steps done
+    loss: float                              # the objective's loss of the step
+    learning_rate: float                     # after the schedule
+    grad_norm: float | None                  # total 2-norm of the gradients, before clipping
+    tokens_per_sec: float | None             # real tokens of every rank / the step's seconds
+    valid_tokens: int                        # supervised tokens (those the loss counts), all ranks
+    real_tokens: int                         # tokens that are not padding, all ranks
+    padding_pct: float | None                # share of the batch's slots that are padding
+    supervised_ratio_pct: float | None       # valid_tokens / real_tokens
+    planned_peak_mb: float | None            # the plan's predicted peak of the training window
+    window_peak_mb: float | None             # its measured peak so far (mens.train.meter)
+    planned_steps_total: int                 # optimizer steps the plan expects
+    eta_seconds_remaining: float | None      # steps left / steps_per_sec_ema
+    progress_fraction: float | None          # step / planned_steps_total
+    steps_per_sec_ema: float | None          # optimizer steps per second, moving average
+    # resource readings (mens.train.telemetry.resource_readings): null where a backend has none
+    cpu_util_pct: float | None               # the machine's, since the last reading
+    sys_ram_used_mb: float | None            # the machine's RAM in use
+    peak_mem_mb: float | None                # CUDA: allocator peak; MPS: driver's; CPU: peak RSS
+    gpu_util_pct: float | None               # CUDA with NVML only
+    gpu_vram_used_mb: float | None           # CUDA: reserved by the allocator; MPS: driver's
+    rss_mb: float                            # the process's RSS now (CPU only)
     # a mixture of experts: the router's load-balancing loss, unscaled, the step's micro-batch
     # mean (mens.train.router; `loss` stays the causal-LM loss even where coef·aux is added)
     router_aux_loss: float
@@ -144,34 +145,34 @@ class Eval(Row, total=False):
 
 
 class Checkpoint(Row, total=False):
-    step: int
+    step: int                                # the optimizer steps it holds
     epoch: int
-    path: str
-    world_size: int
+    path: str                                # the checkpoint file
+    world_size: int                          # the world that wrote it (a resume must match)
     reason: str                              # interrupted | requested (absent: periodic)
 
 
 class Interrupted(Row):
-    exit_code: int
-    step: int
-    checkpoint: str
+    exit_code: int                           # 130
+    step: int                                # the last optimizer step done
+    checkpoint: str                          # where resume= goes on from
 
 
 class Failed(Row):
-    exit_code: int
-    step: int
-    message: str
-    checkpoint: str | None
+    exit_code: int                           # the MensError's (mens.errors)
+    step: int                                # the last optimizer step done
+    message: str                             # the error's one paragraph
+    checkpoint: str | None                   # the last checkpoint, if any
 
 
 class Complete(Row, total=False):            # summary.json's content (mens.train.run._summary)
     spoke: str
-    lane: str
+    lane: str                                # its label: lora, lora-dpo … (lane_fields)
     rung: str
-    steps: int
-    eval_loss_base: float
-    eval_loss_adapter: float
-    duration_s: float
+    steps: int                               # optimizer steps trained
+    eval_loss_base: float                    # held-out loss of the base model
+    eval_loss_adapter: float                 # held-out loss after training
+    duration_s: float                        # wall seconds of fitting (this session)
 
 
 ROWS: dict[Event, type] = {

@@ -1,0 +1,14 @@
+"""mkdocs-gen-files' script (mkdocs.yml): writes the reference pages into the build, generated
+from the code by tools.docs.reference — nothing generated is committed under docs/."""
+import sys
+from pathlib import Path
+
+import mkdocs_gen_files
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))   # the checkout: tools.docs, mens
+
+from tools.docs.reference import PAGES  # noqa: E402
+
+for path, page in PAGES.items():
+    with mkdocs_gen_files.open(path, "w") as f:
+        f.write(page())
