@@ -257,13 +257,13 @@ def test_litgpt_config_hub_rows_give_the_configs_grad_accum():
 
 def test_torchtunes_tokens_per_s_held_out_by_source_is_stated(shipped):
     """The speed model predicts torchtune's rows from the other sources' fit: where a row
-    lands outside 2× of its measurement, the README states the miss with its number (and the
+    lands outside 2× of its measurement, the docs (stages/calibrate.md) state the miss with its number (and the
     median over every held-out row), so no in-sample figure stands for the acceptance."""
     from mens.calibrate.speed import fit_speed
 
     speed = fit_speed(copy.deepcopy(shipped), 0.35)
     rows = {x["id"]: x for x in speed["records"]}
-    readme = open("README.md").read()
+    readme = open("docs/stages/calibrate.md").read()   # the calibration page
     for i in ("torchtune-readme-llama3.1-8b-lora-rtx4090",
               "torchtune-readme-llama3.1-8b-qlora-rtx4090"):
         x = rows[i]
