@@ -1,26 +1,25 @@
 """Training objectives: what the weights are trained toward (SFT, DPO, ORPO, SimPO, KTO, GRPO,
 on-policy distillation), crossed with the lane's method (LoRA, QLoRA, full) that says how they
 train. One module per objective owns its batch, loss, reference pass and metrics; the torch-free
-facts the config, data and planning stages read are its card in mens.config.objectives."""
+facts the config, data and planning stages read are its card, declared once in
+mens.config.cards.<name>, which names the class here that trains it."""
 from __future__ import annotations
 
 import importlib
 
+from mens.config.cards import CARDS
 from mens.errors import ConfigError
-
-# objective name → "module:Class" (imported on use: each pulls torch)
-REGISTRY = {"sft": "mens.objective.sft:Sft", "dpo": "mens.objective.dpo:Dpo",
-            "orpo": "mens.objective.orpo:Orpo", "simpo": "mens.objective.simpo:Simpo",
-            "kto": "mens.objective.kto:Kto", "grpo": "mens.objective.grpo:Grpo",
-            "distill": "mens.objective.distill:Distill"}
 
 
 def build(spec):
-    """The lane's objective (mens.objective.base.Objective) for a RunSpec."""
+    """The lane's objective (mens.objective.base.Objective) for a RunSpec: the class its card
+    names ("module:Class", imported on use: each pulls torch)."""
     name = getattr(spec.lane, "objective", None) or "sft"
-    if name not in REGISTRY:
+    train = CARDS[name].train if name in CARDS else ""
+    if not train:
+        trains = [n for n, c in CARDS.items() if c.train]
         raise ConfigError(f"lane.objective={name} has no training module in this mens yet "
-                          f"(trains: {', '.join(REGISTRY)}): use one of those.",
+                          f"(trains: {', '.join(trains)}): use one of those.",
                           key="lane.objective")
-    module, cls = REGISTRY[name].split(":")
+    module, cls = train.split(":")
     return getattr(importlib.import_module(module), cls)(spec)

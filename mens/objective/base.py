@@ -5,10 +5,10 @@ or full logits: train.loss); an objective owns what is done with them — its ba
 or pairs), its loss, its metrics, and a reference pass if it needs one. mens.objective imports
 no mens.train: what the step needs from the module comes in a `Step`.
 
-To add an objective: one module here with a subclass (its `name` the key of its card in
-mens.config.objectives), registered in mens.objective.REGISTRY; its option file conf/lane/NAME.yaml;
-its section in mens.config.schema.LaneConfig (with TRL's defaults) and its ranges in
-mens.config.validate.
+To add an objective: its card module in mens.config.cards (its lane section's dataclass, that
+section's valid values, its card naming the training class here), registered in
+mens.config.cards.NAMES; one module here with the subclass (its `name` the card's); its option
+file conf/lane/NAME.yaml; its tests. mens.objective.build finds the class through the card.
 """
 from __future__ import annotations
 

@@ -106,7 +106,7 @@ def load_teacher(spec, student):
     compares distributions over the same token ids)."""
     from omegaconf import OmegaConf
 
-    from mens.config.validate import teacher_source
+    from mens.config.cards.distill import teacher_source
     from mens.model.load import load_base
     from mens.resources import option_path
 

@@ -12,7 +12,7 @@ import sys
 import torch
 import torch.nn.functional as F
 
-from mens.config.schema import DPO_LOSSES
+from mens.config.cards.dpo import LOSSES as DPO_LOSSES   # declared once, with lane.dpo
 from mens.data.pack import IGNORE, pad_batch
 from mens.errors import ConfigError, RunFailed
 from mens.objective.base import Objective, Step

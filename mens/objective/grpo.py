@@ -11,8 +11,8 @@ from __future__ import annotations
 import math
 import sys
 
-from mens.config.schema import GRPO_LOSSES as LOSS_TYPES   # one list: validation's and ours
-from mens.config.schema import GRPO_SCALES as SCALES
+from mens.config.cards.grpo import LOSSES as LOSS_TYPES   # declared once, with lane.grpo
+from mens.config.cards.grpo import SCALES
 from mens.errors import ConfigError
 from mens.objective.base import Objective
 from mens.objective.rollout_server import importance

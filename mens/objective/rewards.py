@@ -38,13 +38,14 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+from mens.config.cards.grpo import REWARDS
 from mens.data.tool_syntax import parse
 from mens.data.tools import call_text
 from mens.errors import ConfigError
 from mens.synth import oracle
 from mens.synth.oracle_checks import CHECKS, SHELL_LANGS, answer_tag, fences, oracle_record
 
-KINDS = ("pass", "partial", "teacher", "shuffled", "length")
+KINDS = REWARDS   # declared once, beside lane.grpo's section (mens.config.cards.grpo)
 CONTROLS = ("shuffled", "length")          # rewards that are not the task's (see above)
 LENGTH_CHARS = 100
 # check -> the fence languages of its pieces; "tool_call": <tool_call> bodies. Each piece of
