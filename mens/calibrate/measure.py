@@ -174,7 +174,7 @@ def finish(record: dict, out_dir: Path) -> int:
 
 def base_record(cfg, spec, plan, out_dir: Path) -> dict:
     from mens.plan.memory import Arch, load_contract, model_digest
-    from mens.plan.spec import lane_model
+    from mens.plan.lane import lane_model
     from mens.train.telemetry import git_commit, host
 
     lane = lane_model(spec.lane, spec.lane.precision, spec.train.init_adapter,
