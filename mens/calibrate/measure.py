@@ -14,8 +14,8 @@ The child runs `mens.train.run.train_run` unchanged, through its RunHooks:
 Readings (mens/train/meter.py): CPU, VmHWM − VmRSS-at-baseline after `5 > /proc/self/clear_refs`;
 CUDA, max reserved/allocated after reset_peak_memory_stats; MPS, driver-allocated, sampled.
 
-Several processes (hw.devices > 1, one node): the child is `python -m mens.calibrate.measure
-<run dir>`, so the strategy's launcher (mens/train/strategy.py) starts ranks 1…N-1 by running
+Several processes (hw.devices > 1, one node): the child is `python -m mens.calibrate.child
+<run dir>` (its own module: the heavy imports are the child's alone), so the strategy's launcher (mens/train/strategy.py) starts ranks 1…N-1 by running
 that same module again (MENS_RUN_DIR names the run dir). Every rank meters its own window and
 writes its own reading file (measure.json for rank 0, measure.rank<r>.json): no collective, so a
 rank that dies still leaves what it measured. The parent reads them all; the record's peak is the
@@ -37,12 +37,12 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from mens.run.rundir import RunDir, atomic_write
+from mens.run.rundir import RunDir
 from mens.errors import EXIT_FAILED, EXIT_OK
-from mens.train.strategy import RUN_DIR_ENV
 
 RECORD_SCHEMA = 1
-CHILD = "mens.calibrate.measure"   # run with -m: the launcher re-runs it for ranks > 0
+# the measurement child (mens.calibrate.child), run with -m: the launcher re-runs it for ranks > 0
+CHILD = "mens.calibrate.child"
 
 
 # --- parent --------------------------------------------------------------------------------
@@ -174,7 +174,7 @@ def finish(record: dict, out_dir: Path) -> int:
 
 def base_record(cfg, spec, plan, out_dir: Path) -> dict:
     from mens.plan.memory import Arch, load_contract, model_digest
-    from mens.plan.spec import lane_model
+    from mens.plan.lane import lane_model
     from mens.train.telemetry import git_commit, host
 
     lane = lane_model(spec.lane, spec.lane.precision, spec.train.init_adapter,
@@ -334,7 +334,7 @@ def materialised_weights(cfg: DictConfig, out_dir: Path) -> str | None:
     target = Path(cfg.calibrate.weights_cache) / f"{cfg.rung.name}-{key}"
     if not (target / "config.json").is_file():
         rung = json.dumps(OmegaConf.to_container(cfg.rung, resolve=True))
-        code = ("import sys, json; from mens.calibrate.measure import write_random_weights; "
+        code = ("import sys, json; from mens.calibrate.child import write_random_weights; "
                 "write_random_weights(json.loads(sys.argv[1]), sys.argv[2], int(sys.argv[3]))")
         with open(out_dir / "materialise.log", "w") as log:
             rc = subprocess.run([sys.executable, "-c", code, rung, str(target),
@@ -342,96 +342,3 @@ def materialised_weights(cfg: DictConfig, out_dir: Path) -> str | None:
         if rc != 0:
             return None
     return str(target.resolve())
-
-
-def write_random_weights(rung: dict, target: str, seed: int) -> None:
-    """Seeded random weights of the rung's family (bf16 on disk: values do not matter, bytes on
-    disk do) plus the embedded tiny tokenizer (ids < 4096 fit every rung's vocabulary)."""
-    import torch
-
-    from mens.model.load import causal_lm_class, hf_config
-    from mens.resources import ASSETS
-
-    torch.manual_seed(seed)
-    config = hf_config(rung)
-    model = causal_lm_class(config.model_type)(config).to(torch.bfloat16)
-    tmp = Path(f"{target}.tmp{os.getpid()}")
-    model.save_pretrained(str(tmp), safe_serialization=True)
-    for name in ("tokenizer.json", "tokenizer_config.json"):
-        shutil.copy(ASSETS / "tiny" / name, tmp / name)
-    os.replace(tmp, target)
-
-
-# --- child ---------------------------------------------------------------------------------
-def child_main(run_dir: str) -> None:
-    """One measurement, in a fresh interpreter: compile, hook, train_run, report."""
-    import traceback
-
-    from mens.train.meter import meter_for, window_callback
-
-    out_dir = Path(run_dir)
-    job = json.loads((out_dir / "calibrate_job.json").read_text())
-    report = {"window_started": False, "window_complete": False, "steps": []}
-    # ranks > 0 (started by rank 0's launcher with LOCAL_RANK set) keep readings of their own
-    rank = int(os.environ.get("LOCAL_RANK") or 0)
-    name = "measure.json" if rank == 0 else f"measure.rank{rank}.json"
-
-    def say(**kw):   # atomic_write, not RunDir's (which writes on rank 0 only)
-        report.update(kw)
-        atomic_write(out_dir / name, json.dumps(report))
-
-    cfg = _child_config(job)
-    set_hydra_job(job["hydra"])
-    import lightning  # noqa: F401  (heavy imports before the baseline: they are not the step)
-
-    import mens.model.load  # noqa: F401
-    import mens.train.trainer  # noqa: F401
-    if cfg.logger.kind == "wandb":
-        import wandb  # noqa: F401
-    from mens.plan.spec import compile_run
-    from mens.train.run import RunHooks, train_run
-
-    spec, plan = compile_run(cfg, "train")
-    meter = meter_for(spec.hw.backend)
-    say(kind=meter.kind)
-    # the window callback goes first: its batch-end reading precedes any checkpoint written there
-    hooks = RunHooks(before_base=lambda: say(baseline_bytes=meter.baseline()),
-                     callbacks=[window_callback(meter, cfg.calibrate.steps, say)])
-    try:
-        train_run(spec, plan, out_dir, hooks=hooks, job_type="calibrate")
-    except BaseException as e:   # recorded for the parent, then the child fails loudly
-        say(error=f"{type(e).__name__}: {str(e)[:500]}", window_peak_bytes=meter.safe_read())
-        traceback.print_exc()
-        sys.exit(EXIT_FAILED)
-
-
-def _child_config(job: dict) -> DictConfig:
-    from mens.config.schema import MensConfig, register
-
-    register()
-    raw = job["config"]
-    if job.get("weights"):   # qlora on random weights: load them as a local snapshot
-        raw["rung"].update(init="pretrained", path=job["weights"])
-    return OmegaConf.merge(OmegaConf.structured(MensConfig), raw)
-
-
-def set_hydra_job(bits: dict) -> None:
-    """The parent's Hydra job facts, so the trainer's wandb group (one per sweep) is the same
-    one a normal `-m` run would get."""
-    from hydra.conf import HydraConf
-    from hydra.core.hydra_config import HydraConfig
-    from hydra.types import RunMode
-
-    hc = OmegaConf.structured(HydraConf)
-    hc.mode = RunMode[bits["mode"]]
-    if bits.get("sweep_dir"):
-        hc.sweep.dir = bits["sweep_dir"]
-    hc.runtime.output_dir = bits["run_dir"]
-    # what the strategy's launcher reads to start ranks > 0 (child_command): this cwd, a name
-    hc.runtime.cwd = os.getcwd()
-    hc.job.name = "calibrate"
-    HydraConfig.instance().set_config(OmegaConf.create({"hydra": hc}))
-
-
-if __name__ == "__main__":   # the measurement child (run_child), and each rank > 0 it starts
-    child_main(os.environ.get(RUN_DIR_ENV) or sys.argv[1])

@@ -73,7 +73,7 @@ def rate(cfg: DictConfig, spec, plan) -> tuple[Cost | None, str]:
     mfu = cfg.cloud.mfu
     if mfu:
         from mens.plan.memory import Arch
-        from mens.plan.spec import lane_model
+        from mens.plan.lane import lane_model
         from mens.plan.speed import objective_cost
         lane = lane_model(spec.lane, spec.lane.precision, spec.train.init_adapter,
                           spec.spoke.admission.check, spec.plan.contract)

@@ -54,15 +54,16 @@ def room(slots, prompt: list[int], max_new: int) -> int:
 
 def generate(slots, slot, prompts: list[list[int]], *, n: int, temperature: float, top_p: float,
              max_new: int, seed: int, batch_size: int) -> list[list[str]]:
-    """n answers per prompt (token ids from slots.encode_chat) on `slot`, through transformers'
-    own `generate`, batch_size rows per call, left-padded. temperature < 1e-5: greedy (n = 1).
-    A prompt whose room (see `room`) is below max_new is generated alone at its own room and
-    said on stderr; batches hold only prompts with the full max_new, so batching never changes
-    an answer's length and no row outgrows the context."""
+    """n answers per prompt (token ids from slots.encode_chat) on `slot`, through the one
+    generation helper (mens.model.generate), batch_size rows per call, left-padded.
+    temperature < 1e-5: greedy (n = 1). A prompt whose room (see `room`) is below max_new is
+    generated alone at its own room and said on stderr; batches hold only prompts with the full
+    max_new, so batching never changes an answer's length and no row outgrows the context."""
     import torch
-    from transformers import GenerationConfig
 
-    sample = temperature >= 1e-5     # below it the logits divide into inf/nan (as serve does)
+    from mens.model import generate as gen
+
+    sample = gen.samples(temperature)
     if not sample and n != 1:
         raise ValueError(f"greedy decoding gives one answer per prompt, not n={n}")
     rooms = [room(slots, p, max_new) for p in prompts]
@@ -83,34 +84,21 @@ def generate(slots, slot, prompts: list[list[int]], *, n: int, temperature: floa
             # seeded per batch: a batch's samples then do not depend on how many random numbers
             # earlier batches drew (their lengths, early stops), only on seed and batching
             torch.manual_seed(seed + b)
-            config = GenerationConfig(
-                max_new_tokens=new, do_sample=sample, num_return_sequences=n,
-                temperature=temperature if sample else None, top_p=top_p if sample else None,
-                top_k=0 if sample else None,   # no top-k: as mens.serve (OpenAI's API has none)
-                eos_token_id=slots.eos, pad_token_id=slots.pad)
-            ids, mask = _left_pad([prompts[i] for i in group], slots.pad, slots.device)
-            seqs = slots.model.generate(input_ids=ids, attention_mask=mask,
-                                        generation_config=config)   # (len(group)·n, P + new)
+            config = gen.generation_config(new, slots.eos, slots.pad, sample=sample,
+                                           temperature=temperature, top_p=top_p, n=n)
+            ids, mask = gen.left_pad([prompts[i] for i in group], slots.pad, slots.device)
+            seqs = gen.generate(slots.model, ids, mask, config)   # (len(group)·n, P + new)
             answers = seqs[:, ids.shape[1]:].tolist()             # each prompt's n rows in a run
             for r, i in enumerate(group):
                 out[i] = [_decode(slots, a) for a in answers[r * n:(r + 1) * n]]
     return out
 
 
-def _left_pad(rows: list[list[int]], pad: int, device):
-    """(ids, attention mask), both (B, P): left padding, so every row's answer starts at P."""
-    import torch
-
-    width = max(len(r) for r in rows)
-    ids = [[pad] * (width - len(r)) + list(r) for r in rows]
-    mask = [[0] * (width - len(r)) + [1] * len(r) for r in rows]
-    return (torch.tensor(ids, dtype=torch.long, device=device),
-            torch.tensor(mask, dtype=torch.long, device=device))
-
-
 def _decode(slots, ids: list[int]) -> str:
     """The answer up to its first end-of-turn token (after it: padding of finished rows)."""
-    end = next((k for k, t in enumerate(ids) if t in slots.eos), len(ids))
+    from mens.model.generate import first_end
+
+    end = first_end(ids, slots.eos)
     return slots.tokenizer.decode(ids[:end], skip_special_tokens=True)
 
 

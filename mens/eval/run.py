@@ -92,7 +92,7 @@ def _plans(cfg, spec) -> dict:
     from mens.plan.evaluate import plan_eval
     from mens.plan.hardware import resolve_hw
     from mens.plan.memory import Arch, load_contract
-    from mens.plan.spec import lane_model
+    from mens.plan.lane import lane_model
 
     notes: list[str] = []
     hw = cfg.hw.copy()

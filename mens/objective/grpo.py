@@ -17,8 +17,8 @@ from mens.errors import ConfigError
 from mens.objective.base import Objective
 from mens.objective.rollout_server import importance
 from mens.objective.grpo_window import held_out_counts, nanstd  # noqa: F401 (re-exported)
-from mens.objective.sampling import (Rollout, completion_logps, end_ids, generate,  # noqa: F401
-                                     prompt_ids)
+from mens.model.generate import end_ids  # noqa: F401 (re-exported)
+from mens.objective.sampling import Rollout, completion_logps, generate, prompt_ids  # noqa: F401
 
 STD_EPS = 1e-4          # TRL's: advantages / (std + 1e-4)
 

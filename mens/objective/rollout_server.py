@@ -50,7 +50,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mens.errors import ConfigError
-from mens.objective.sampling import Rollout, end_ids, prompt_rows
+from mens.model.generate import end_ids
+from mens.objective.sampling import Rollout, prompt_rows
 
 READY_S = 600.0         # a loaded 2-core box may take minutes to import torch and load a base
 GEN_TIMEOUT_S = 3600.0  # one group's generation

@@ -8,6 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from mens.errors import ConfigError
+# which tokens end an answer is the generation helper's (serve's slots read the same)
+from mens.model.generate import end_ids
 
 
 @dataclass
@@ -33,16 +35,6 @@ class Rollout:
     def attention_mask(self):          # (N, P + T)
         import torch
         return torch.cat([self.prompt_mask, self.completion_mask], dim=1)
-
-
-def end_ids(model, tokenizer) -> list[int]:
-    """The tokens that end an answer: the generation config's eos ids, plus the tokenizer's."""
-    gen = getattr(model, "generation_config", None)
-    eos = gen.eos_token_id if gen is not None and gen.eos_token_id is not None else []
-    eos = [eos] if isinstance(eos, int) else list(eos)
-    if tokenizer.eos_token_id is not None and tokenizer.eos_token_id not in eos:
-        eos.append(tokenizer.eos_token_id)
-    return eos
 
 
 def prompt_ids(tokenizer, messages: list[dict], encoder=None, tools=None) -> list[int]:
@@ -110,8 +102,11 @@ def generate(model, tokenizer, prompts: list[list[dict]], G: int, max_new_tokens
     tools: per prompt, its record's tool schemas (None: none). rng: the torch.Generator to
     sample from (the objective's, advanced by this call; sampling_rng makes one), else one
     seeded from `seed` for this call. Either way the global RNG is left as it was."""
+    import contextlib
+
     import torch
-    from transformers import GenerationConfig
+
+    from mens.model import generate as gen
 
     if greedy and G != 1:
         raise ValueError("a greedy answer is one per prompt (G=1)")
@@ -121,21 +116,19 @@ def generate(model, tokenizer, prompts: list[list[dict]], G: int, max_new_tokens
     eos = end_ids(model, tokenizer)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos[0]
     rows, cut = prompt_rows(tokenizer, prompts, encoder, tools, max_prompt_tokens)
-    width = max(map(len, rows))
     device = next(model.parameters()).device
-    ids = torch.tensor([[pad] * (width - len(r)) + r for r in rows], device=device)   # (B, P)
-    mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows], device=device)
-    sampling = {} if greedy else {"temperature": temperature, "top_p": top_p, "top_k": 0}
-    config = GenerationConfig(max_new_tokens=max_new_tokens, do_sample=not greedy,
-                              num_return_sequences=G, eos_token_id=eos, pad_token_id=pad,
-                              **sampling)
+    ids, mask = gen.left_pad(rows, pad, device)                              # (B, P)
+    width = ids.shape[1]
+    # greedy is asked for by name here (the held-out measure), not by a temperature: GRPO
+    # refuses temperature ≤ 0 above rather than falling back to greedy as serve and eval do
+    config = gen.generation_config(max_new_tokens, eos, pad, sample=not greedy,
+                                   temperature=temperature, top_p=top_p, n=G)
     was_training = model.training
     model.eval()
-    import contextlib
     if rng is None and not greedy:
         rng = sampling_rng(seed, device)
-    with torch.no_grad(), (contextlib.nullcontext() if greedy else _Stream(rng, device)):
-        seqs = model.generate(input_ids=ids, attention_mask=mask, generation_config=config)
+    with contextlib.nullcontext() if greedy else _Stream(rng, device):
+        seqs = gen.generate(model, ids, mask, config)
     model.train(was_training)
     completion = seqs[:, width:]                                            # (N, T)
     is_end = torch.isin(completion, torch.tensor(eos, device=device))      # (N, T)

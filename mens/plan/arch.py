@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Mapping
 
-from mens.source.families import DEFAULT_FAMILY, family
+from mens.source.families import DEFAULT_FAMILY, family, rung_fields
 
 
 @dataclass(frozen=True)
@@ -186,3 +186,19 @@ class Arch:
         state = self.lin_v_heads * self.lin_k_dim * self.lin_v_dim * 4 + \
             conv * self.conv_kernel * wb
         return kv + rows * self.linear_layers * state
+
+
+def teacher_arch(config: Mapping) -> Arch:
+    """A teacher's architecture from its config.json (an HF model directory) or its rung."""
+    if config.get("model_type") is not None:   # a config.json: read as the family reads it
+        return Arch.of(rung_fields(config, "the teacher's config.json"))   # experts and all
+    get = config.get
+    if get("hidden_size") is None:
+        raise ValueError("no architecture numbers")
+    if get("family") is not None:   # a rung: its own fields (a MoE rung's experts among them)
+        return Arch.of(config)
+    return Arch(get("hidden_size"), get("intermediate_size"), get("num_hidden_layers"),
+                get("num_attention_heads"), get("num_key_value_heads"),
+                get("head_dim") or get("hidden_size") // get("num_attention_heads"),
+                get("vocab_size"), bool(get("tie_word_embeddings")),
+                get("model_type") or get("family") or DEFAULT_FAMILY)

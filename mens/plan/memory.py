@@ -1,32 +1,26 @@
-"""The analytic model of one training step's peak memory, and the contract that corrects it.
+"""The analytic model of one training step's peak memory, by component.
 
 Pure arithmetic on architecture numbers: no torch, no weights, instant. Every figure is in
-bytes; `components()` returns them by name so the planner can show how it knows.
+bytes; `components()` returns them by name so the planner can show how it knows. The contract
+that corrects them (its constants, fitted cells and margins) is mens.plan.contract.
 """
 from __future__ import annotations
 
-import hashlib
-import json
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import Mapping
-
-import yaml
 
 from mens.config.schema import LORA_TARGETS
 from mens.plan import rl
-from mens.source.families import DEFAULT_FAMILY, family, rung_fields
-# Arch lives in mens.plan.arch; every caller imports it from here, as before
+from mens.source.families import family
+# Arch lives in mens.plan.arch and the contract in mens.plan.contract; every caller imports
+# them from here, as before (a formula changed here bumps contract.FORMULA_VERSION)
 from mens.plan.arch import Arch  # noqa: F401
-from mens.resources import CONTRACT as CONTRACT_PATH
+from mens.plan.contract import (CONTRACT_PATH, DEFAULT_PATHS, FORMULA_VERSION,  # noqa: F401
+                                cell_key, contract_paths, load_contract, min_margin,
+                                model_digest, predict, shipped_constant, stale_note,
+                                usable_cell, with_uncertainty)
 DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
 GiB = 2**30
-# The version of the formulas below. The contract names the version it was fitted under
-# (`version:`) and every cell's digest covers it: a change of what a formula computes bumps it,
-# and every fit made under the old formulas is then stale (ignored, said) until `make fit`.
-FORMULA_VERSION = 4
-# The default training paths when a contract names none (what the cells were fitted on).
-DEFAULT_PATHS = {"attention": "block_mask", "loss": "full_logits", "heap": "default"}
 
 
 @dataclass(frozen=True)
@@ -78,62 +72,6 @@ class Shape:
     packing: bool
 
 
-@lru_cache(maxsize=8)
-def load_contract(path: str | None = None) -> Mapping:
-    with open(path or CONTRACT_PATH) as f:
-        data = yaml.load(f, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
-    data.setdefault("cells", {})
-    return data
-
-
-def shipped_constant(key: str) -> float:
-    """A number of the shipped contract's `model` (for the training code, which reads what the
-    planner models: one owner, the contract)."""
-    return load_contract()["model"][key]
-
-
-def min_margin(contract: Mapping | None = None) -> float:
-    """The least margin an uncalibrated cell gets (the contract's `margins`)."""
-    return float((contract or load_contract())["margins"]["uncalibrated_min"])
-
-
-def model_digest(model: Mapping) -> str:
-    """Fingerprint of the analytic model: its constants and the version of its formulas. A cell
-    fitted under other constants or formulas is stale (its coefficients corrected different
-    arithmetic), so the planner ignores it."""
-    text = json.dumps({"formulas": FORMULA_VERSION, "model": model}, sort_keys=True,
-                      separators=(",", ":"))
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
-
-
-def stale_note(contract: Mapping, key: str) -> str | None:
-    """What to say when a cell has a fit made under other model constants or formulas."""
-    cell = (contract.get("cells") or {}).get(key)
-    if cell and "coefficients" in cell and cell.get("model_digest") != model_digest(contract["model"]):
-        why = (f"the contract names formula version {contract.get('version')} and this mens "
-               f"computes version {FORMULA_VERSION}" if contract.get("version") != FORMULA_VERSION
-               else "another version of the contract's model constants")
-        return (f"memory cell {key} was fitted under {why} (digest "
-                f"{cell.get('model_digest')}): its fit is ignored and the cell is "
-                f"uncalibrated; refit with `make fit`")
-    return None
-
-
-def usable_cell(contract: Mapping, key: str) -> Mapping | None:
-    """The cell's fit, if it was fitted under this model (else stale: None, see stale_note).
-    Whether it counts as *calibrated* (uncertainty ≤ 10 %, held-out records inside it) is the
-    cell's own flag: an uncalibrated fit still gives the best coefficients, under the larger
-    margin."""
-    cell = (contract.get("cells") or {}).get(key)
-    if not cell or "coefficients" not in cell or stale_note(contract, key):
-        return None
-    return cell
-
-
-def cell_key(backend: str, lane: LaneModel, checkpointing: bool) -> str:
-    return f"{backend}/{lane.label}/{'ckpt' if checkpointing else 'nockpt'}/{lane.precision}"
-
-
 def nf4_bytes_per_param(double_quant: bool, blocksize: int, bits: int = 4) -> float:
     # one absmax per block: fp32, or 8-bit plus one fp32 per 256 blocks when double-quantised
     constants = (1 + 4 / 256) / blocksize if double_quant else 4 / blocksize
@@ -142,10 +80,6 @@ def nf4_bytes_per_param(double_quant: bool, blocksize: int, bits: int = 4) -> fl
 
 def precision_class(precision: str) -> str:
     return "fp32" if DTYPE_BYTES[precision] == 4 else "half"
-
-
-def contract_paths(contract: Mapping) -> dict:
-    return {**DEFAULT_PATHS, **(contract.get("paths") or {})}
 
 
 def components(arch: Arch, lane: LaneModel, shape: Shape, backend: str,
@@ -353,22 +287,6 @@ def distill_teacher(arch: Arch, lane: LaneModel, rows: int, s: int, wb: int,
     return int(weights + logits + jsd + layer + extra_student)
 
 
-def teacher_arch(config: Mapping) -> Arch:
-    """A teacher's architecture from its config.json (an HF model directory) or its rung."""
-    if config.get("model_type") is not None:   # a config.json: read as the family reads it
-        return Arch.of(rung_fields(config, "the teacher's config.json"))   # experts and all
-    get = config.get
-    if get("hidden_size") is None:
-        raise ValueError("no architecture numbers")
-    if get("family") is not None:   # a rung: its own fields (a MoE rung's experts among them)
-        return Arch.of(config)
-    return Arch(get("hidden_size"), get("intermediate_size"), get("num_hidden_layers"),
-                get("num_attention_heads"), get("num_key_value_heads"),
-                get("head_dim") or get("hidden_size") // get("num_attention_heads"),
-                get("vocab_size"), bool(get("tie_word_embeddings")),
-                get("model_type") or get("family") or DEFAULT_FAMILY)
-
-
 def sampling(arch: Arch, lane: LaneModel, rows: int, s: int, wb: int, backend: str,
              step: Mapping[str, int], reference_copy: int, scores: bool = True,
              base_bytes: int = 0, trainable: int = 0) -> dict[str, int]:
@@ -434,29 +352,3 @@ def optimizer_step_bytes(m: Mapping, backend: str, lane: LaneModel, trainable: i
     step = m["optimizer_step"][backend]
     return int(step["copies"] * (largest if step["of"] == "largest" else trainable)
                * m["trainable_bytes"])
-
-
-def with_uncertainty(raw: int, uncertainty: float, floor: int = 0) -> int:
-    """A prediction's peak: raw plus its uncertainty, relative with an absolute floor (small
-    peaks are dominated by allocator granularity)."""
-    return raw + max(int(raw * uncertainty), floor)
-
-
-def predict(comps: Mapping[str, int], cell: Mapping | None, margin: float) -> dict:
-    """Apply a fitted cell's coefficients (or none: all 1). A calibrated cell's own uncertainty
-    replaces the uncalibrated margin, and so does an `external` one's (the held-out error it
-    earned on published measurements, leave-one-source-out); a fitted but uncalibrated one gets
-    the larger of the two. `cell` is what `usable_cell` returns."""
-    coef = (cell or {}).get("coefficients", {})
-    corrected = {k: int(v * coef.get(k, 1.0)) for k, v in comps.items()}
-    raw = sum(corrected.values())
-    calibrated = bool(cell and cell.get("calibrated"))
-    external = bool(cell and not calibrated and cell.get("external"))
-    uncertainty = float(cell["uncertainty"]) if cell else margin
-    if not (calibrated or external):
-        uncertainty = max(uncertainty, margin)
-    floor = int(cell.get("uncertainty_floor_bytes", 0)) if cell else 0
-    return {"components": corrected, "raw_bytes": raw, "uncertainty": uncertainty,
-            "peak_bytes": with_uncertainty(raw, uncertainty, floor), "calibrated": calibrated,
-            "external": external, "sources": list((cell or {}).get("sources") or []) if external
-            else [], "fitted": bool(cell)}

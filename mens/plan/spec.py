@@ -13,15 +13,16 @@ from dataclasses import asdict, dataclass
 from omegaconf import DictConfig, OmegaConf
 
 from mens.config import schema
-from mens.config.objectives import ORACLE_WORKERS, card, section, upgrade_lane
+from mens.config.objectives import card, section, upgrade_lane
 from mens.config.options import freeze, load_option, spokes
 from mens.data.corpus import corpus_lock
 from mens.errors import ConfigError
+from mens.plan.contract import contract_paths, load_contract, min_margin, stale_note
+from mens.plan.devices import hw_link, resolve_devices
 from mens.plan.hardware import memory_needed, qlora_support, resolve_hw, tier_budget
-from mens.plan.memory import (GiB, min_margin, Arch, LaneModel, contract_paths,
-                              load_contract, stale_note)
+from mens.plan.lane import lane_model
+from mens.plan.memory import GiB, Arch
 from mens.plan.planner import Plan, PlanRequest, plan, ways_out
-from mens.plan import rl
 from mens.resources import CORPORA, option_names
 from mens.source.families import FAMILIES
 
@@ -122,122 +123,6 @@ def resolve_paths(cfg: DictConfig, lane, notes: list[str]) -> dict:
                          f"plan uses the analytic terms for {v} under the uncalibrated margin")
         t[key] = out[key] = v
     return out
-
-
-def hw_link(hw):
-    """The tier's links (hw.link) for the communication's time (mens.plan.comm); a spec
-    from before them has none."""
-    from mens.plan.comm import Link
-    link = hw.get("link")
-    if link is None:
-        return Link()
-    return Link(link.intra, link.intra_gbs, link.inter, link.inter_gbs, float(link.efficiency))
-
-
-def resolve_devices(cfg: DictConfig, detection: dict | None, purpose: str,
-                    notes: list[str]) -> int:
-    """hw.devices (per node) resolved in place; returns the world size (devices × nodes).
-    auto = every visible CUDA device when this machine's are in use, else one (a named tier
-    planned from elsewhere; CPU and MPS train as one process unless asked)."""
-    hw = cfg.hw
-    visible = _visible(hw.backend, detection) if detection is not None else None
-    if hw.devices == schema.AUTO:
-        n = visible if hw.backend == "cuda" and visible else 1
-    else:
-        n = int(hw.devices)
-        if purpose == "train" and visible is not None and n > visible:
-            what = "CUDA devices" if hw.backend == "cuda" else "CPU cores (one process each)"
-            raise ConfigError(f"hw.devices={n} but this machine has {visible} {what}: use "
-                              f"hw.devices<={visible} (or auto).", key="hw.devices")
-    if hw.backend == "mps" and n > 1:
-        raise ConfigError(f"hw.devices={n}: a Mac trains on its one GPU; use hw.devices=1.",
-                          key="hw.devices")
-    hw.devices = n
-    world = n * hw.nodes
-    if hw.strategy == "single" and world > 1:
-        raise ConfigError(f"hw.strategy=single with {world} devices (hw.devices × hw.nodes): "
-                          f"use hw.strategy=auto, ddp or fsdp2, or hw.devices=1.",
-                          key="hw.strategy")
-    if hw.strategy == "fsdp2" and cfg.lane.method != "full":
-        raise ConfigError(f"hw.strategy=fsdp2 shards the full lane; lane {cfg.lane.name} trains "
-                          f"adapters over a replicated base: use hw.strategy=auto (ddp) or "
-                          f"lane=full.", key="hw.strategy")
-    if world == 1 and hw.strategy in ("ddp", "fsdp2"):
-        notes.append(f"hw.strategy={hw.strategy} with one device: trains as a single device")
-    return world
-
-
-def _visible(backend: str, detection: dict) -> int:
-    """Devices of the backend on this machine (CPU: cores, one process each)."""
-    import os
-    if backend == "cuda":
-        return int(detection.get("count", 1))
-    if backend == "cpu":
-        return os.cpu_count() or 1
-    return 1
-
-
-def lane_model(lane, precision: str, init_adapter: str | None = None, check: str | None = None,
-               contract: str | None = None) -> LaneModel:
-    """What the planner models of a lane: the method's weights and the objective's card (its
-    rows per record, a reference pass; grpo's sampling: generation, an in-step reference copy,
-    the oracle `check`'s processes)."""
-    lora = lane.lora
-    q = lane.quantization
-    c = card(lane)
-    ref = c.needs_reference(lane)
-    # an in-step reference kept as a frozen copy of the model (mens.objective.grpo.Grpo.bind)
-    copy = ref and "reference_copy" in c.memory_terms and (lane.method == "full" or
-                                                           bool(init_adapter))
-    oracle_mib = 0.0
-    if "oracle_procs" in c.memory_terms and section(lane, c.name).reward != "teacher" and check:
-        sizes = load_contract(contract).get("oracle_process_mib") or {}
-        oracle_mib = ORACLE_WORKERS * float(sizes.get(check, sizes.get("default", 0)))
-    return LaneModel(
-        kind=lane.method, precision=precision,
-        optimizer=lane.optimizer.name,
-        lora_r=lora.r if lora else 0, lora_targets=tuple(lora.targets) if lora else (),
-        lora_dropout=lora.dropout if lora else 0.0,
-        lora_experts=bool(getattr(lora, "experts", False)) if lora else False,
-        double_quant=q.double_quant if q else True, blocksize=q.blocksize if q else 64,
-        frozen_adapter_copy=bool(init_adapter) and ref and lane.method != "full" and not copy,
-        objective=c.name, rows_per_record=c.rows_per_record(lane), reference=ref,
-        generation_tokens=int(section(lane, c.name).max_completion_length)
-        if "generation" in c.memory_terms else 0,
-        reference_copy=bool(copy), oracle_mib=oracle_mib,
-        generation_where=rl.generation_where(section(lane, c.name))
-        if "generation" in c.memory_terms else "local",
-        **(distill_terms(lane) if "teacher" in c.memory_terms else {}))
-
-
-def distill_terms(lane) -> dict:
-    """LaneModel's teacher fields (mens.plan.memory.distill_teacher): the teacher's
-    architecture from its rung option or config.json, read without loading it."""
-    import json
-    from pathlib import Path
-
-    from omegaconf import OmegaConf
-
-    from mens.config.validate import teacher_source
-    from mens.plan.memory import teacher_arch
-    from mens.resources import option_path
-
-    d = lane.distill
-    if d.get("teacher_url") and d.teacher is None:   # the server holds it (memory: 0)
-        return {"teacher_served": True}
-    where, name = teacher_source(d.teacher)
-    config = json.loads((Path(name) / "config.json").read_text()) if where == "path" else \
-        OmegaConf.to_container(OmegaConf.load(option_path("rung", name)))
-    if where == "rung" and config.get("path"):
-        config = json.loads((Path(config["path"]) / "config.json").read_text())
-    try:
-        arch = teacher_arch(config)
-    except (ValueError, TypeError) as e:
-        raise ConfigError(f"lane.distill.teacher={d.teacher}: its architecture cannot be read "
-                          f"without loading it ({e}): name a rung with its numbers (conf/rung) "
-                          f"or an HF model directory with config.json.",
-                          key="lane.distill.teacher") from None
-    return {"teacher": arch, "teacher_rows": float(d.lmbda) < 1 and not d.seq_kd}
 
 
 def _margin(asked: float, notes: list[str], contract: str | None) -> float:

@@ -2,9 +2,9 @@
 per-token log-probs OpenAI's `logprobs` asks for (issue #39: GRPO's rollouts through a server).
 
 The prompts are left-padded into one batch and `num_return_sequences=n` repeats each — the very
-call mens.objective.sampling.generate makes in the trainer, so a server and an in-process
-rollout of the same weights compute the same thing (greedy: the same tokens; seeded: the same
-draws). Choice k answers prompt k // n, as OpenAI and vLLM order them.
+call (mens.model.generate) that mens.objective.sampling.generate makes in the trainer, so a
+server and an in-process rollout of the same weights compute the same thing (greedy: the same
+tokens; seeded: the same draws). Choice k answers prompt k // n, as OpenAI and vLLM order them.
 
 Log-probs are those of the distribution each token was drawn from: log-softmax of the scores
 after transformers' logits processors (the temperature, top-p), i.e. vLLM's
@@ -62,25 +62,22 @@ def generate_batch(slots, slot, prompts: list[list[int]], n: int, max_tokens: in
     """len(prompts) × n choices (model thread). forced: the last `forced` ids of a single
     prompt open the answer (mens.serve.chat): fed as input, part of the text, not of the ids."""
     import torch
-    from transformers import GenerationConfig, StoppingCriteriaList
+    from transformers import StoppingCriteriaList
 
-    sample = temperature >= 1e-5           # below: greedy, as mens.serve.generate
+    from mens.model import generate as gen
+
+    sample = gen.samples(temperature)
     if sample:
         torch.manual_seed(seed if seed is not None else torch.seed())
-    config = GenerationConfig(
-        max_new_tokens=max_tokens, do_sample=sample, num_return_sequences=n,
-        temperature=temperature if sample else None, top_p=top_p if sample else None,
-        top_k=0 if sample else None, eos_token_id=slots.eos, pad_token_id=slots.pad,
-        output_scores=True, return_dict_in_generate=True)
-    width = max(map(len, prompts))
-    ids = torch.tensor([[slots.pad] * (width - len(p)) + list(p) for p in prompts],
-                       device=slots.device)                                      # (B, P)
-    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts],
-                        device=slots.device)
+    config = gen.generation_config(max_tokens, slots.eos, slots.pad, sample=sample,
+                                   temperature=temperature, top_p=top_p, n=n,
+                                   output_scores=True, return_dict_in_generate=True)
+    ids, mask = gen.left_pad(prompts, slots.pad, slots.device)                  # (B, P)
+    width = ids.shape[1]
     stops = RowStops(slots.tokenizer, stop, width, len(prompts) * n)
     with torch.inference_mode(), slots.activate(slot):
-        out = slots.model.generate(input_ids=ids, attention_mask=mask, generation_config=config,
-                                   stopping_criteria=StoppingCriteriaList([stops]))
+        out = gen.generate(slots.model, ids, mask, config,
+                           stopping_criteria=StoppingCriteriaList([stops]))
     seqs = out.sequences[:, width:]                                              # (N, T)
     # (N, T, V) → log-probs of the processed scores, as sampled from
     logp = torch.stack(out.scores, dim=1).float().log_softmax(-1) if out.scores else None
@@ -88,7 +85,7 @@ def generate_batch(slots, slot, prompts: list[list[int]], n: int, max_tokens: in
     choices = []
     for r in range(seqs.shape[0]):
         row = seqs[r].tolist()
-        end = next((i for i, t in enumerate(row) if t in slots.eos), None)
+        end = gen.first_end(row, slots.eos)
         keep = len(row) if end is None else end + 1
         if stops.cut[r] is not None:
             keep = min(keep, stops.cut[r])

@@ -1,6 +1,7 @@
-"""One generation on a slot: transformers `generate` plus what an OpenAI server must add —
-stop strings cut out of the text, `finish_reason`, honest token counts, and incremental text
-for streaming that is exactly the non-streamed text cut into pieces.
+"""One generation on a slot: the one generation helper (mens.model.generate) plus what an
+OpenAI server must add — stop strings cut out of the text, `finish_reason`, honest token
+counts, and incremental text for streaming that is exactly the non-streamed text cut into
+pieces.
 
 Runs on the model thread only (`Slots.run`): it switches the PeftModel's active adapter.
 """
@@ -105,25 +106,21 @@ def generate(slots, slot, req: GenRequest, on_text: Callable[[str], None] | None
              cancelled: Callable[[], bool] | None = None) -> GenResult:
     """Generate on `slot` (model thread). on_text gets each piece of text once it is final."""
     import torch
-    from transformers import GenerationConfig, StoppingCriteriaList
+    from transformers import StoppingCriteriaList
 
-    # below 1e-5 a temperature divides the logits into inf/nan (sampling would fail): greedy,
-    # as vLLM does
-    sample = req.temperature >= 1e-5
+    from mens.model import generate as gen
+
+    sample = gen.samples(req.temperature)
     if sample:
         torch.manual_seed(req.seed if req.seed is not None else torch.seed())
-    config = GenerationConfig(
-        max_new_tokens=req.max_tokens, do_sample=sample,
-        temperature=req.temperature if sample else None, top_p=req.top_p if sample else None,
-        top_k=0 if sample else None,   # OpenAI's API has no top-k: do not let a default of 50 apply
-        eos_token_id=slots.eos, pad_token_id=slots.pad)
+    config = gen.generation_config(req.max_tokens, slots.eos, slots.pad, sample=sample,
+                                   temperature=req.temperature, top_p=req.top_p)
     forced = req.prompt_ids[len(req.prompt_ids) - req.forced:] if req.forced else ()
     dec = Decoder(slots.tokenizer, req.stop, on_text, cancelled, forced)
-    ids = torch.tensor([list(req.prompt_ids)], device=slots.device)      # (1, P)
+    ids, mask = gen.left_pad([list(req.prompt_ids)], slots.pad, slots.device)   # (1, P)
     with torch.inference_mode(), slots.activate(slot):
-        slots.model.generate(input_ids=ids, attention_mask=torch.ones_like(ids),
-                             generation_config=config, streamer=dec,
-                             stopping_criteria=StoppingCriteriaList([dec]))
+        gen.generate(slots.model, ids, mask, config, streamer=dec,
+                     stopping_criteria=StoppingCriteriaList([dec]))
     text = dec.finish()
     out = dec.ids[req.forced:]
     if dec.cut is not None or (out and out[-1] in slots.eos):

@@ -121,6 +121,7 @@ class Slots:
                  seed: int = 0, require_gate: bool = True):
         from omegaconf import OmegaConf
 
+        from mens.model.generate import end_ids
         from mens.model.load import load_base, load_tokenizer
 
         if isinstance(rung, dict):
@@ -137,11 +138,9 @@ class Slots:
         self.base_bytes = tensor_bytes(list(base.parameters()) + list(base.buffers()))
         self.context = int(base.config.max_position_embeddings)
         gen = getattr(base, "generation_config", None)
-        eos = gen.eos_token_id if gen is not None and gen.eos_token_id is not None else []
-        eos = [eos] if isinstance(eos, int) else list(eos)
-        if self.tokenizer.eos_token_id is not None and self.tokenizer.eos_token_id not in eos:
-            eos.append(self.tokenizer.eos_token_id)
-        self.eos = eos
+        self.eos = eos = end_ids(base, self.tokenizer)   # as the trainer's sampling reads them
+        # the pad id: the model's generation config first, then the tokenizer's (the trainer's
+        # sampling starts at the tokenizer's): padding is masked in prompts, cut from answers
         self.pad = (gen.pad_token_id if gen is not None and gen.pad_token_id is not None
                     else self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None
                     else eos[0])

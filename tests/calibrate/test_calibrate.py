@@ -75,7 +75,7 @@ def test_a_recorded_job_is_the_same_shape_cell_and_paths_only():
 def test_child_runs_in_the_sweeps_wandb_group():
     from hydra.core.hydra_config import HydraConfig
 
-    from mens.calibrate.measure import set_hydra_job
+    from mens.calibrate.child import set_hydra_job
     from mens.train.loggers import sweep_group
     try:
         set_hydra_job({"mode": "MULTIRUN", "sweep_dir": "outputs/calibration/run7/calib_cpu",

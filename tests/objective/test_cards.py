@@ -109,7 +109,7 @@ def test_plan_cells_sft_unchanged_and_dpo_its_own_with_twice_the_rows(compile_ru
     from dataclasses import replace
 
     from mens.plan.memory import Arch, components, load_contract
-    from mens.plan.spec import lane_model
+    from mens.plan.lane import lane_model
 
     _, sft = compile_run("+hw=cpu", "hw.memory_gb=16", "train.seq_len=256")
     spec, dpo = compile_run("+hw=cpu", "hw.memory_gb=16", "train.seq_len=256", "lane=dpo",

@@ -101,7 +101,7 @@ def test_the_plan_counts_the_teacher(compile_run):
     """The teacher's weights at the run's dtype, its forward's logits and the JSD's tensors are
     a `teacher` term: at least its weights, more when steps score the data's whole rows
     (lmbda < 1), and a larger teacher weighs what its parameters do."""
-    from mens.plan.memory import Arch, teacher_arch
+    from mens.plan.arch import Arch, teacher_arch
     from mens.config.compose import compose
 
     base = ["+hw=cpu", "train.seq_len=256", "train.micro_batch=4", "train.global_batch=4",

@@ -12,7 +12,7 @@ import pytest
 from mens.config.objectives import ORACLE_WORKERS
 from mens.plan import rl
 from mens.plan.memory import Arch, components, load_contract
-from mens.plan.spec import lane_model
+from mens.plan.lane import lane_model
 
 CPU = ["+hw=cpu", "hw.memory_gb=16"]
 SHELL = ["spoke=structured_shell"]   # an oracle in a child process (bash -n)

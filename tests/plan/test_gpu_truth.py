@@ -109,15 +109,15 @@ def test_no_published_fit_with_room_to_spare_is_refused():
 
 
 def test_a_change_of_the_formulas_makes_every_fit_stale(compile_run, monkeypatch):
-    import mens.plan.memory as memory
+    import mens.plan.contract as contract
 
     _, fresh = compile_run("+hw=cpu", "+rung=0.6b", "lane=lora")
     assert fresh.fitted
-    monkeypatch.setattr(memory, "FORMULA_VERSION", memory.FORMULA_VERSION + 1)
+    monkeypatch.setattr(contract, "FORMULA_VERSION", contract.FORMULA_VERSION + 1)
     spec, stale = compile_run("+hw=cpu", "+rung=0.6b", "lane=lora")
     assert not stale.fitted and not stale.calibrated
     assert any("formula version" in n and "make fit" in n for n in spec.notes), spec.notes
-    assert load_version() == memory.FORMULA_VERSION - 1
+    assert load_version() == contract.FORMULA_VERSION - 1
 
 
 def load_version() -> int:
