@@ -22,9 +22,11 @@ CELL = re.compile(r"^[a-z0-9_.]+/[a-z0-9_]+$")
 def add_hubs(app, cfg, root: Path) -> None:
     @app.get("/api/evals")
     def evals():
-        """Each run's eval.json rows (with their intervals) and its gate verdict, newest
-        first; a base evaluated alone (`*_eval/` with eval.json, no training) too."""
+        """Each run's eval.json rows (with their intervals, and their reading as `text`:
+        mens.eval.row) and its gate verdict, newest first; a base evaluated alone (`*_eval/`
+        with eval.json, no training) too."""
         from mens.compare.evals import EVAL, gate_summary, read_eval
+        from mens.eval.row import MetricRow
         from mens.run.receipt import RECEIPT
         dirs = find_runs(root) + sorted((p.parent for d in ("*", "*/*", "*/*/*")
                                          for p in root.glob(f"{d}/{EVAL}")),
@@ -41,9 +43,11 @@ def add_hubs(app, cfg, root: Path) -> None:
             else:
                 error = None
             out.append({"id": rel(root, r), "gate": gate_summary(r), "error": error,
-                        "eval": ev and {k: ev.get(k) for k in (
-                            "run", "rung", "spoke", "lane", "models", "rows", "created",
-                            "duration_s")}})
+                        "eval": ev and {**{k: ev.get(k) for k in (
+                            "run", "rung", "spoke", "lane", "models", "created", "duration_s")},
+                            # the numbers for the chart, their one reading for the table
+                            "rows": [{**row, "text": MetricRow.of(row).display()}
+                                     for row in ev.get("rows") or []]}})
         return {"runs": out}
 
     @app.post("/api/evals/compare")

@@ -10,11 +10,9 @@ const svgEl = (tag, attrs = {}, text) => {
   if (text !== undefined) e.textContent = text;
   return e;
 };
-// the numbers as mens.compare.evals prints them: 3 decimals, 4 significant digits when large
-const num = (x, signed) => x == null ? "—" : (signed && x >= 0 ? "+" : "") +
-  (Math.abs(x) < 1000 ? x.toFixed(3) : x.toPrecision(4));
-const statText = (s, signed) => !s || s.value == null ? "—" :
-  num(s.value, signed) + (s.ci ? ` [${num(s.ci[0], signed)}, ${num(s.ci[1], signed)}]` : "");
+// a row's numbers as text: the API sends mens.eval.row's one reading (row.text[side]), the
+// same string eval.md, the gate, the card, compare and the ladder print; none is formatted here
+const statText = (row, side) => (row && row.text && row.text[side]) || "—";
 
 const EvalChart = {
   models: ["base", "tuned"],
@@ -40,7 +38,7 @@ const EvalChart = {
         const top = Y(Math.max(0, s.value)), bottom = Y(Math.min(0, s.value));
         const bar = svgEl("rect", { class: "bar bar-" + m, "data-model": m, "data-value": s.value, x, y: top,
           width: P.bar, height: bottom - top, fill: this.colours[m] });
-        bar.append(svgEl("title", {}, `${row.name} ${m}: ${statText(s)}`));
+        bar.append(svgEl("title", {}, `${row.name} ${m}: ${statText(row, m)}`));
         g.append(bar);
         if (s.ci) {
           const attrs = { stroke: "#1b1f24", "stroke-width": 1.5 };
@@ -52,7 +50,7 @@ const EvalChart = {
       const name = row.name.length > 24 ? row.name.slice(0, 23) + "…" : row.name;
       g.append(svgEl("text", { class: "metric-name", x: P.w / 2, y: H - P.bottom + 27, "text-anchor": "middle", "font-size": 11 }, name));
       g.append(svgEl("text", { x: P.w / 2, y: H - P.bottom + 40, "text-anchor": "middle", "font-size": 10,
-        fill: "#5b6570" }, "gain " + statText(row.gain, true)));
+        fill: "#5b6570" }, "gain " + statText(row, "gain")));
       svg.append(g);
     });
     return svg;
@@ -63,8 +61,8 @@ function evalTable(rows) {
   const head = ["metric", "group", "n", "base [95 % ci]", "tuned [95 % ci]", "gain [paired ci]", "version"];
   return el("table", { class: "grid eval-rows" }, el("tr", {}, ...head.map(h => el("th", {}, h))),
     ...rows.map(r => el("tr", { "data-metric": r.name }, el("td", {}, r.name + (r.higher_is_better === false ? " ↓" : "")),
-      el("td", {}, r.group || ""), el("td", {}, String(r.n ?? "–")), el("td", {}, statText(r.base)),
-      el("td", {}, statText(r.tuned)), el("td", { class: "gain" }, statText(r.gain, true)), el("td", {}, r.version ?? "–"))));
+      el("td", {}, r.group || ""), el("td", {}, String(r.n ?? "–")), el("td", {}, statText(r, "base")),
+      el("td", {}, statText(r, "tuned")), el("td", { class: "gain" }, statText(r, "gain")), el("td", {}, r.version ?? "–"))));
 }
 
 async function loadEvalResults() {
