@@ -14,7 +14,8 @@ from fastapi import Request
 
 from mens.errors import MensError
 from mens.studio.common import body, compose_lock, compose_plan
-from mens.studio.procs import Refused, find_runs, rel, run_dir
+from mens.run.rundir import RunDir
+from mens.studio.procs import LISTED, Refused, rel, run_dir
 
 CELL = re.compile(r"^[a-z0-9_.]+/[a-z0-9_]+$")
 
@@ -28,9 +29,8 @@ def add_hubs(app, cfg, root: Path) -> None:
         from mens.compare.evals import EVAL, gate_summary, read_eval
         from mens.eval.row import MetricRow
         from mens.run.receipt import RECEIPT
-        dirs = find_runs(root) + sorted((p.parent for d in ("*", "*/*", "*/*/*")
-                                         for p in root.glob(f"{d}/{EVAL}")),
-                                        key=lambda p: (p / EVAL).stat().st_mtime, reverse=True)
+        dirs = RunDir.find(root, **LISTED) + RunDir.find(   # and the bases evaluated alone
+            root, marker=EVAL, depths=LISTED["depths"], calibration=True, newest=True)
         out, seen = [], set()
         for r in dirs:
             if r in seen or not ((r / EVAL).is_file() or (r / RECEIPT).is_file()):
