@@ -4,7 +4,8 @@ compare`, the ladder's badge, the studio (its API sends these strings) — forma
 one row reads the same everywhere.
 
     MetricRow.of(row_dict)      -> the row of eval.json (mens/eval/__init__.py documents it)
-    row.text(side)              -> "55.0 [45.0, 65.0]" (base, tuned, delta); gain: "+4.0 [-1.0, +9.0] pts"
+    row.text(side)              -> "55.0 [45.0, 65.0]" (base, tuned, delta),
+                                   "+4.0 [-1.0, +9.0] pts" (gain)
     row.display()               -> {side: text} for base, tuned, delta, gain (the studio's API)
     value_text(stat, rate), gain_text(stat, rate), is_rate(row_dict)
 

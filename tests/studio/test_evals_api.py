@@ -42,7 +42,8 @@ def test_evals_lists_rows_with_intervals_and_verdicts(client):
     by = {x["id"]: x for x in r.json()["runs"]}
     assert set(by) == {"d1/a_train", "d1/b_train", "d2/10-00-00_eval"}
     shown = by["d1/a_train"]["eval"]["rows"]
-    assert [{k: v for k, v in x.items() if k != "text"} for x in shown] == ra   # every row, intervals included
+    # every row, intervals included (and its reading as text)
+    assert [{k: v for k, v in x.items() if k != "text"} for x in shown] == ra
     assert shown[0]["text"]["tuned"].startswith("70.0 [")      # and their one reading
     assert by["d1/a_train"]["gate"]["status"] == "pass"
     assert by["d1/a_train"]["gate"]["badge"].startswith("pass@1 gain +40.0 [")
