@@ -10,9 +10,9 @@ the studio's Evals tab and the ladder's cell badges read `<run>/eval.json` (mens
 
 A metric row is the shape mens/eval/__init__.py documents ({name, group, n, base, tuned, delta,
 gain, …}, each number {"value", "ci": [lo, hi]}); the receipt's reading stays
-mens.run.receipt's (read_receipt, receipt_status). Every number reads as mens.eval.row formats
-it ("55.0 [45.0, 65.0]", gains "+4.0 [-1.0, +9.0] pts"), as in eval.md, the gate and the card;
-each cell also carries that reading as `text` for the studio.
+mens.run.receipt's (read_receipt, receipt_status). Every number reads as mens.run.evalrow
+formats it ("55.0 [45.0, 65.0]", gains "+4.0 [-1.0, +9.0] pts"), as in eval.md, the gate and
+the card; each cell also carries that reading as `text` for the studio.
 """
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ import json
 from pathlib import Path
 
 from mens.errors import ConfigError
-from mens.eval.row import MetricRow
+from mens.run.evalrow import MetricRow
 from mens.run.receipt import RECEIPT, read_receipt, receipt_status
 
 EVAL = "eval.json"
@@ -48,7 +48,7 @@ def read_eval(path: Path | str) -> dict | None:
     return data
 
 
-# --- formatting: mens.eval.row's one reading ---------------------------------------------------
+# --- formatting: mens.run.evalrow's one reading ------------------------------------------------
 def badge(receipt: dict | None, status: str) -> str | None:
     """A ladder cell's one line from its gate receipt: a pass shows the gated metric's gain
     with its interval ("pass@1 gain +12.0 [+4.0, +20.0] pts"), a fail its first reason, a

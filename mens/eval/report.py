@@ -1,10 +1,11 @@
 """eval.md: the metric rows as a table — base, tuned and the gain, each with its interval and
 the number of items, and the gain's verdict with its n (below eval.min_items: "too few to
-judge") — then what the evaluation planned and noted. Each number reads as mens.eval.row
-formats it, the one reading the gate, the card, compare, the ladder and the studio print too."""
+judge") — then what the evaluation planned and noted. Each number reads as
+mens.run.evalrow formats it, the one reading the gate, the card, compare, the ladder and the
+studio print too."""
 from __future__ import annotations
 
-from mens.eval.row import MetricRow
+from mens.run.evalrow import MetricRow
 
 GROUPS = ("in_domain", "collateral", "benchmark", "judge")
 

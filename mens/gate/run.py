@@ -272,7 +272,7 @@ def render(receipt: dict) -> str:
     from rich.console import Console
     from rich.table import Table
 
-    from mens.eval.row import MetricRow
+    from mens.run.evalrow import MetricRow
 
     buf = StringIO()
     con = Console(file=buf, width=120, force_terminal=False, color_system=None)

@@ -17,7 +17,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from mens.eval.report import GROUPS
-from mens.eval.row import MetricRow
+from mens.run.evalrow import MetricRow
 from mens.run.receipt import artifact_sha256, read_receipt, receipt_status
 from mens.run.rundir import RunDir
 from mens.run.telemetry import Event

@@ -24,10 +24,10 @@ def add_hubs(app, cfg, root: Path) -> None:
     @app.get("/api/evals")
     def evals():
         """Each run's eval.json rows (with their intervals, and their reading as `text`:
-        mens.eval.row) and its gate verdict, newest first; a base evaluated alone (`*_eval/`
-        with eval.json, no training) too."""
+        mens.run.evalrow) and its gate verdict, newest first; a base evaluated alone
+        (`*_eval/` with eval.json, no training) too."""
         from mens.compare.evals import EVAL, gate_summary, read_eval
-        from mens.eval.row import MetricRow
+        from mens.run.evalrow import MetricRow
         from mens.run.receipt import RECEIPT
         dirs = RunDir.find(root, **LISTED) + RunDir.find(   # and the bases evaluated alone
             root, marker=EVAL, depths=LISTED["depths"], calibration=True, newest=True)

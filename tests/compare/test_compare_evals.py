@@ -15,8 +15,8 @@ from mens.errors import ConfigError
 
 
 def ci_text(stat, signed=False):
-    """A rate's interval as the table must print it (mens.eval.row's one reading: percent, a
-    gain in points), formatted here independently."""
+    """A rate's interval as the table must print it (mens.run.evalrow's one reading: percent,
+    a gain in points), formatted here independently."""
     f = "+.1f" if signed else ".1f"
     pts = [format(100 * x, f) for x in (stat["value"], *stat["ci"])]
     return f"{pts[0]} [{pts[1]}, {pts[2]}]" + (" pts" if signed else "")
@@ -82,7 +82,7 @@ def test_void_and_ungated_and_none(two_runs, tmp_path):
 
 
 def test_stat_text():
-    from mens.eval.row import gain_text, value_text
+    from mens.run.evalrow import gain_text, value_text
     assert value_text({"value": 0.5, "ci": [0.25, 0.75]}, True) == "50.0 [25.0, 75.0]"
     assert gain_text({"value": -0.01, "ci": [-0.05, 0.02]}, True) == "-1.0 [-5.0, +2.0] pts"
     assert value_text({"value": 12345.6, "ci": None}, False) == "12345.6000"

@@ -1,7 +1,7 @@
 """One eval row, one reading (issue #42): the same metric row of a real tiny run's eval.json /
 gate.json reads the same string in eval.md (what `mens eval` prints), the gate's receipt, the
 pushed model card, `mens compare`, the ladder and the studio's API — all through
-mens.eval.row. The expected strings are formatted here independently of it."""
+mens.run.evalrow. The expected strings are formatted here independently of it."""
 from __future__ import annotations
 
 import json

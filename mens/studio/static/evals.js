@@ -10,8 +10,8 @@ const svgEl = (tag, attrs = {}, text) => {
   if (text !== undefined) e.textContent = text;
   return e;
 };
-// a row's numbers as text: the API sends mens.eval.row's one reading (row.text[side]), the
-// same string eval.md, the gate, the card, compare and the ladder print; none is formatted here
+// a row's numbers as text: the API sends mens.run.evalrow's one reading (row.text[side]),
+// the string eval.md, the gate, the card, compare and the ladder print; none is formatted here
 const statText = (row, side) => (row && row.text && row.text[side]) || "—";
 
 const EvalChart = {

@@ -12,6 +12,8 @@ one row reads the same everywhere.
 A rate in [0, 1] (a pass rate, an accuracy, a win rate) reads in percent with one decimal and
 its gain in points; anything else (a loss) reads with 4 decimals and its gain — the share of the
 base's loss removed — in %. The numbers stay in eval.json as they are; only the reading is here.
+It lives in mens.run, beside gate.json's reader (receipt.py), because every package that shows
+an eval.json reads it: eval, compare (which eval itself imports), the gate, push and the studio.
 """
 from __future__ import annotations
 
