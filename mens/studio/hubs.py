@@ -13,8 +13,8 @@ from pathlib import Path
 from fastapi import Request
 
 from mens.errors import MensError
-from mens.studio.common import body, compose_lock, compose_plan
 from mens.run.rundir import RunDir
+from mens.studio.common import body, compose_lock, compose_plan
 from mens.studio.procs import LISTED, Refused, rel, run_dir
 
 CELL = re.compile(r"^[a-z0-9_.]+/[a-z0-9_]+$")
