@@ -26,10 +26,10 @@ PROMPTS, MAX_TOKENS = 3, 48
 
 
 def latest_run(root: Path = Path("outputs")) -> Path | None:
-    """The newest run dir with summary.json (finished) and adapter/ (servable as a slot)."""
-    runs = [p.parent for p in root.glob(f"*/*/{RunDir.SUMMARY}")
-            if RunDir(p.parent).artifact_kind == RunDir.ADAPTER]
-    return max(runs, key=lambda p: (p.parent.name, p.name)) if runs else None
+    """The newest run dir (RunDir.latest) at outputs/<date>/<time>/ with summary.json
+    (finished) and adapter/ (servable as a slot)."""
+    return RunDir.latest(root, marker=RunDir.SUMMARY, depths=(2,), calibration=True,
+                         where=lambda rd: rd.artifact_kind == RunDir.ADAPTER)
 
 
 def _post(url: str, body: dict) -> dict:

@@ -35,7 +35,7 @@ def task(cfg: DictConfig, out_dir: Path) -> int:
 
     c = cfg.compare
     out = Path(c.out) if c.out else Path(out_dir)
-    runs = find_runs(list(c.runs)) if c.runs else []
+    runs = named_runs(list(c.runs)) if c.runs else []
     if len(runs) >= 2:
         result = across(runs, out)
         md = across_md(result)
@@ -61,18 +61,16 @@ def is_run(p: Path) -> bool:
     return RunDir(p).is_run
 
 
-def find_runs(items: list[str]) -> list[Path]:
-    """Run dirs from dirs and globs; a dir that is not a run contributes the runs below it."""
+def named_runs(items: list[str]) -> list[Path]:
+    """The runs `compare.runs` names, from dirs and globs (RunDir.find): a dir that is not a
+    run contributes the runs below it (telemetry.jsonl at any depth)."""
     found: list[Path] = []
     for item in items:
         paths = [Path(p) for p in sorted(glob.glob(item))] if glob.has_magic(item) else [Path(item)]
         if not paths or not any(p.exists() for p in paths):
             raise ConfigError(f"compare: `{item}` matches nothing.", key="compare.runs")
         for p in paths:
-            if is_run(p):
-                found.append(p)
-            elif p.is_dir():
-                found += sorted(q.parent for q in p.rglob(RunDir.TELEMETRY))
+            found += RunDir.find(p, itself=True, calibration=True)
     seen, runs = set(), []
     for p in found:
         if p.resolve() not in seen:

@@ -6,11 +6,13 @@ the studio's Evals tab and the ladder's cell badges read `<run>/eval.json` (mens
     gate_summary(run)              -> {status, verdict, reasons, metric, in_domain, badge} | None
     eval_table(runs, names)        -> one row per metric name, one cell per run (or None)
     evals_md(table)                -> that table (and the gate verdicts) as markdown lines
-    stat_text(stat), badge(rec, status)
+    badge(rec, status)
 
 A metric row is the shape mens/eval/__init__.py documents ({name, group, n, base, tuned, delta,
 gain, …}, each number {"value", "ci": [lo, hi]}); the receipt's reading stays
-mens.run.receipt's (read_receipt, receipt_status).
+mens.run.receipt's (read_receipt, receipt_status). Every number reads as mens.run.evalrow
+formats it ("55.0 [45.0, 65.0]", gains "+4.0 [-1.0, +9.0] pts"), as in eval.md, the gate and
+the card; each cell also carries that reading as `text` for the studio.
 """
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ import json
 from pathlib import Path
 
 from mens.errors import ConfigError
+from mens.run.evalrow import MetricRow
 from mens.run.receipt import RECEIPT, read_receipt, receipt_status
 
 EVAL = "eval.json"
@@ -45,28 +48,10 @@ def read_eval(path: Path | str) -> dict | None:
     return data
 
 
-# --- formatting --------------------------------------------------------------------------------
-def num(x, signed: bool = False) -> str:
-    """3 decimals (accuracies, pass@k, losses, gains are all near 1), 4 significant digits for
-    anything large (perplexity)."""
-    if x is None:
-        return "—"
-    sign = "+" if signed else ""
-    return format(x, f"{sign}.3f") if abs(x) < 1000 else format(x, f"{sign}.4g")
-
-
-def stat_text(stat: dict | None, signed: bool = False) -> str:
-    """{"value", "ci"} as "0.550 [0.450, 0.650]" (no interval: the value alone)."""
-    if not stat or stat.get("value") is None:
-        return "—"
-    ci = stat.get("ci")
-    tail = f" [{num(ci[0], signed)}, {num(ci[1], signed)}]" if ci else ""
-    return num(stat["value"], signed) + tail
-
-
+# --- formatting: mens.run.evalrow's one reading ------------------------------------------------
 def badge(receipt: dict | None, status: str) -> str | None:
     """A ladder cell's one line from its gate receipt: a pass shows the gated metric's gain
-    with its interval ("pass@1 gain +0.120 [+0.040, +0.200]"), a fail its first reason, a
+    with its interval ("pass@1 gain +12.0 [+4.0, +20.0] pts"), a fail its first reason, a
     void receipt says so; None without a receipt."""
     if not receipt:
         return None
@@ -79,7 +64,7 @@ def badge(receipt: dict | None, status: str) -> str | None:
     if not row.get("gain"):   # a receipt from before eval.json rows (mens gate of #16)
         return "gate passed"
     metric = receipt.get("metric") or row.get("metric") or row.get("name") or "metric"
-    return f"{metric} gain {stat_text(row.get('gain'), signed=True)}"
+    return f"{metric} gain {MetricRow.of(row).text('gain')}"
 
 
 def gate_summary(run: Path | str) -> dict | None:
@@ -103,7 +88,8 @@ def _order(row: dict) -> int:
 
 def eval_table(runs: list[Path], names: list[str]) -> dict | None:
     """{"runs": names, "metrics": [{name, group, metric, higher_is_better, cells: [row | None
-    per run]}], "gates": [gate_summary | None per run], "evals": [eval.json's path | None]};
+    per run, with its reading as `text`: MetricRow.display]}], "gates": [gate_summary | None
+    per run], "evals": [eval.json's path | None]};
     None when no run has an eval.json or a gate.json (the table would be empty)."""
     evals = [read_eval(r) for r in runs]
     gates = [gate_summary(r) if (Path(r) / RECEIPT).is_file() else None for r in runs]
@@ -115,8 +101,9 @@ def eval_table(runs: list[Path], names: list[str]) -> dict | None:
             m = metrics.setdefault(row["name"], {
                 "name": row["name"], "group": row.get("group"), "metric": row.get("metric"),
                 "higher_is_better": row.get("higher_is_better"), "cells": [None] * len(runs)})
-            m["cells"][i] = {k: row.get(k) for k in ("n", "base", "tuned", "delta", "gain",
-                                                     "version")}
+            m["cells"][i] = {**{k: row.get(k) for k in ("n", "base", "tuned", "delta", "gain",
+                                                        "version")},
+                             "text": MetricRow.of(row).display()}
     ordered = sorted(metrics.values(), key=_order)   # stable: each group keeps file order
     return {"runs": names, "metrics": ordered, "gates": gates,
             "evals": [str(Path(r) / EVAL) if ev else None for r, ev in zip(runs, evals)]}
@@ -140,8 +127,7 @@ def evals_md(table: dict | None) -> list[str]:
         cells = []
         for c in m["cells"]:
             cells.append("—" if c is None else
-                         f"{stat_text(c['tuned'])}<br>gain {stat_text(c['gain'], signed=True)}"
-                         f"<br>n {c['n']}")
+                         f"{c['text']['tuned']}<br>gain {c['text']['gain']}<br>n {c['n']}")
         arrow = "↑" if m["higher_is_better"] else "↓" if m["higher_is_better"] is False else ""
         lines.append(f"| {_esc(m['name'])} ({m['group']}{', ' + arrow if arrow else ''}) | "
                      + " | ".join(cells) + " |")

@@ -1,40 +1,13 @@
 """eval.md: the metric rows as a table — base, tuned and the gain, each with its interval and
 the number of items, and the gain's verdict with its n (below eval.min_items: "too few to
-judge") — then what the evaluation planned and noted. Also the short form the
-gate and compare print (`fmt_value`, `fmt_gain`)."""
+judge") — then what the evaluation planned and noted. Each number reads as
+mens.run.evalrow formats it, the one reading the gate, the card, compare, the ladder and the
+studio print too."""
 from __future__ import annotations
 
+from mens.run.evalrow import MetricRow
+
 GROUPS = ("in_domain", "collateral", "benchmark", "judge")
-
-
-def _num(x, pct: bool) -> str:
-    if x is None:
-        return "—"
-    return f"{100 * x:.1f}" if pct else f"{x:.4f}"
-
-
-def is_rate(row: dict) -> bool:
-    """A rate in [0, 1] shown in percent (pass rates, accuracies, a win rate); loss is not."""
-    return row.get("metric") != "loss" and not row.get("name", "").endswith("/loss")
-
-
-def fmt_value(v: dict | None, pct: bool) -> str:
-    if not v or v.get("value") is None:
-        return "—"
-    ci = v.get("ci")
-    inner = f" [{_num(ci[0], pct)}, {_num(ci[1], pct)}]" if ci else ""
-    return f"{_num(v['value'], pct)}{inner}"
-
-
-def fmt_gain(row: dict) -> str:
-    """The gain in points of a rate (percent) or, for loss, in % of the base's loss removed."""
-    g = row.get("gain") or {}
-    if g.get("value") is None:
-        return "—"
-    unit = " pts" if is_rate(row) else " %"
-    ci = g.get("ci")
-    inner = f" [{100 * ci[0]:+.1f}, {100 * ci[1]:+.1f}]" if ci else ""
-    return f"{100 * g['value']:+.1f}{inner}{unit}"
 
 
 def verdict_text(row: dict, min_items: int) -> str:
@@ -65,7 +38,7 @@ def render_md(result: dict) -> str:
     lines += ["| group | metric | n | base | tuned | gain | verdict | notes |",
               "|---|---|---:|---:|---:|---:|---|---|"]
     for r in rows:
-        pct = is_rate(r)
+        row = MetricRow.of(r)
         notes = []
         unv = r.get("unverified") or {}
         if unv.get("prompts_left_out"):
@@ -74,9 +47,9 @@ def render_md(result: dict) -> str:
             notes.append(f"v{r['version']}")
         if r.get("ci_method"):
             notes.append(r["ci_method"])
-        lines.append(f"| {r['group']} | {r['name']}{' (%)' if pct else ''} | {r['n']} | "
-                     f"{fmt_value(r.get('base'), pct)} | {fmt_value(r.get('tuned'), pct)} | "
-                     f"{fmt_gain(r)} | {verdict_text(r, floor)} | {'; '.join(notes)} |")
+        lines.append(f"| {r['group']} | {r['name']}{' (%)' if row.rate else ''} | {r['n']} | "
+                     f"{row.text('base')} | {row.text('tuned')} | {row.text('gain')} | "
+                     f"{verdict_text(r, floor)} | {'; '.join(notes)} |")
     lines += ["", "## Plan", ""]
     for mode, p in (result.get("plan") or {}).items():
         lines.append(f"- {mode}: batch {p['batch']} × {p['seq_len']} tokens, peak "

@@ -272,7 +272,7 @@ def render(receipt: dict) -> str:
     from rich.console import Console
     from rich.table import Table
 
-    from mens.eval.report import fmt_gain, fmt_value, is_rate
+    from mens.run.evalrow import MetricRow
 
     buf = StringIO()
     con = Console(file=buf, width=120, force_terminal=False, color_system=None)
@@ -284,9 +284,9 @@ def render(receipt: dict) -> str:
                     *(("guard", r) for r in receipt["guards"])]:
         if r is None:
             continue
-        pct = is_rate(r)
-        t.add_row(role, r["name"], str(r["n"]), fmt_value(r.get("base"), pct),
-                  fmt_value(r.get("tuned"), pct), fmt_gain(r), r.get("verdict") or "")
+        row = MetricRow.of(r)
+        t.add_row(role, r["name"], str(r["n"]), row.text("base"), row.text("tuned"),
+                  row.text("gain"), r.get("verdict") or "")
     con.print(t)
     floor = receipt.get("floor") or {}
     lowered = (f" (lowered from {floor['default']})" if floor.get("lowered") else "")

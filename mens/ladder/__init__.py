@@ -3,7 +3,7 @@ and plans — nothing stored twice. Torch-free (planning only).
 
 For other stages (the AFK queue, the studio) — plain functions:
 
-    from mens.ladder.state import ladder, cell_state, find_runs, STATES
+    from mens.ladder.state import ladder, cell_state, runs_by_cell, STATES
     result = ladder(cfg)                  # cfg: a composed mens config (hw, lane, ladder.runs …)
     for cell in result["cells"]:          # {rung, spoke, state, why, run, plan_fits,
         ...                               #  planned_peak_bytes, measured_peak_bytes, stale, gate …}

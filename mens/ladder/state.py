@@ -57,16 +57,6 @@ def task(cfg: DictConfig, out_dir: Path) -> int:
 
 
 # --- runs ---------------------------------------------------------------------------------------
-def find_runs(root: Path | str) -> list[Path]:
-    """Finished training run dirs under root (spec.yaml + summary.json; calibration excluded)."""
-    root = Path(root)
-    if not root.is_dir():
-        return []
-    return sorted(p.parent for p in root.rglob(RunDir.SUMMARY)
-                  if (p.parent / RunDir.SPEC).is_file()
-                  and not RunDir(p.parent).is_calibration)
-
-
 def started(run: Path) -> float:
     """When the run began: its TRAIN_START row, else spec.yaml's time."""
     rd = RunDir(run)
@@ -86,9 +76,10 @@ def cell_of(spec: dict) -> tuple[str, str] | None:
 
 
 def runs_by_cell(root: Path | str) -> dict[tuple[str, str], list[Path]]:
-    """{(rung, spoke): [run dirs, newest first]}."""
+    """{(rung, spoke): [run dirs, newest first]} of the finished training runs under root
+    (spec.yaml + summary.json, at any depth; calibration records are not runs)."""
     out: dict = {}
-    for run in find_runs(root):
+    for run in RunDir.find(root, marker=RunDir.SUMMARY, where=lambda rd: rd.spec.is_file()):
         key = cell_of(RunDir(run).read_spec())
         if key:
             out.setdefault(key, []).append(run)

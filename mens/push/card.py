@@ -16,7 +16,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from mens.eval.report import GROUPS, fmt_gain, fmt_value, is_rate
+from mens.eval.report import GROUPS
+from mens.run.evalrow import MetricRow
 from mens.run.receipt import artifact_sha256, read_receipt, receipt_status
 from mens.run.rundir import RunDir
 from mens.run.telemetry import Event
@@ -95,10 +96,9 @@ def _order(r: dict):
 def _table(ev: dict) -> list[str]:
     lines = ["| group | metric | n | base | tuned | delta | gain |", "|---|---|---:|---:|---:|---:|---:|"]
     for r in sorted(ev.get("rows", []), key=_order):
-        pct = is_rate(r)
-        lines.append(f"| {r['group']} | {r['name']}{' (%)' if pct else ''} | {r.get('n')} | "
-                     f"{fmt_value(r.get('base'), pct)} | {fmt_value(r.get('tuned'), pct)} | "
-                     f"{fmt_value(r.get('delta'), pct)} | {fmt_gain(r)} |")
+        row = MetricRow.of(r)
+        lines.append(f"| {r['group']} | {r['name']}{' (%)' if row.rate else ''} | {r.get('n')} | "
+                     + " | ".join(row.text(s) for s in ("base", "tuned", "delta", "gain")) + " |")
     return lines
 
 

@@ -109,6 +109,39 @@ class RunDir:
         """A calibration record's dir (mens.calibrate): a measurement, not a run to serve."""
         return self.calibration.is_file()
 
+    # --- lookup: the one way to find run dirs (compare, the ladder, the studio, demo) -------
+    @classmethod
+    def find(cls, root: Path | str, *, marker: str = TELEMETRY,
+             depths: tuple[int, ...] | None = None, where: Callable[[RunDir], bool] | None = None,
+             calibration: bool = False, itself: bool = False, newest: bool = False,
+             limit: int | None = None) -> list[Path]:
+        """Run dirs under root: each dir holding `marker` (telemetry.jsonl: a run that started;
+        summary.json: a finished one; eval.json: one evaluated), `depths` levels below root
+        (None: any depth, root included), kept by `where`, and — unless `calibration` — not a
+        calibration record. itself: a root that is a run (is_run) is the one run found (a
+        command naming runs directly). Sorted by path, or `newest` first by the marker's
+        mtime; the first `limit`. A root that is no dir holds none."""
+        root = Path(root)
+        if itself and cls(root).is_run:
+            return [root]
+        if not root.is_dir():
+            return []
+        hits = (root.rglob(marker) if depths is None else
+                (p for d in depths for p in root.glob("/".join(["*"] * d + [marker]))))
+        runs = [p.parent for p in hits
+                if (calibration or not cls(p.parent).is_calibration)
+                and (where is None or where(cls(p.parent)))]
+        if newest:   # a stable sort: equal times keep the order found
+            return sorted(runs, key=lambda r: (r / marker).stat().st_mtime, reverse=True)[:limit]
+        return sorted(runs)[:limit]
+
+    @classmethod
+    def latest(cls, root: Path | str, **find) -> Path | None:
+        """The last of find(root, **find) in path order — under <date>/<time>/ folders (the
+        names mens gives its runs), the newest; None when there is none."""
+        runs = cls.find(root, **find)
+        return runs[-1] if runs else None
+
     # --- writes (rank 0 only, atomic) -------------------------------------------------------
     def write_text(self, name: str, text: str) -> Path:
         path = self.path / name

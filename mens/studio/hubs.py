@@ -13,8 +13,9 @@ from pathlib import Path
 from fastapi import Request
 
 from mens.errors import MensError
+from mens.run.rundir import RunDir
 from mens.studio.common import body, compose_lock, compose_plan
-from mens.studio.procs import Refused, find_runs, rel, run_dir
+from mens.studio.procs import LISTED, Refused, rel, run_dir
 
 CELL = re.compile(r"^[a-z0-9_.]+/[a-z0-9_]+$")
 
@@ -22,13 +23,14 @@ CELL = re.compile(r"^[a-z0-9_.]+/[a-z0-9_]+$")
 def add_hubs(app, cfg, root: Path) -> None:
     @app.get("/api/evals")
     def evals():
-        """Each run's eval.json rows (with their intervals) and its gate verdict, newest
-        first; a base evaluated alone (`*_eval/` with eval.json, no training) too."""
+        """Each run's eval.json rows (with their intervals, and their reading as `text`:
+        mens.run.evalrow) and its gate verdict, newest first; a base evaluated alone
+        (`*_eval/` with eval.json, no training) too."""
         from mens.compare.evals import EVAL, gate_summary, read_eval
+        from mens.run.evalrow import MetricRow
         from mens.run.receipt import RECEIPT
-        dirs = find_runs(root) + sorted((p.parent for d in ("*", "*/*", "*/*/*")
-                                         for p in root.glob(f"{d}/{EVAL}")),
-                                        key=lambda p: (p / EVAL).stat().st_mtime, reverse=True)
+        dirs = RunDir.find(root, **LISTED) + RunDir.find(   # and the bases evaluated alone
+            root, marker=EVAL, depths=LISTED["depths"], calibration=True, newest=True)
         out, seen = [], set()
         for r in dirs:
             if r in seen or not ((r / EVAL).is_file() or (r / RECEIPT).is_file()):
@@ -41,9 +43,11 @@ def add_hubs(app, cfg, root: Path) -> None:
             else:
                 error = None
             out.append({"id": rel(root, r), "gate": gate_summary(r), "error": error,
-                        "eval": ev and {k: ev.get(k) for k in (
-                            "run", "rung", "spoke", "lane", "models", "rows", "created",
-                            "duration_s")}})
+                        "eval": ev and {**{k: ev.get(k) for k in (
+                            "run", "rung", "spoke", "lane", "models", "created", "duration_s")},
+                            # the numbers for the chart, their one reading for the table
+                            "rows": [{**row, "text": MetricRow.of(row).display()}
+                                     for row in ev.get("rows") or []]}})
         return {"runs": out}
 
     @app.post("/api/evals/compare")

@@ -16,7 +16,7 @@ from fastapi.responses import StreamingResponse
 from mens.run.rundir import RunDir
 from mens.run.telemetry import TERMINAL, Event, Tail, last, vocabulary
 from mens.studio.common import body, compose_plan
-from mens.studio.procs import (Refused, check_overrides, find_runs, new_run_dir, rel, run_dir,
+from mens.studio.procs import (LISTED, Refused, check_overrides, new_run_dir, rel, run_dir,
                                run_status, slim)
 
 # action → (signal, what the trainer does with it); all go to the run's own child, by its pid
@@ -71,7 +71,7 @@ def add_jobs(app, root: Path, procs, gate_args: list[str] = ()) -> None:
     @app.get("/api/jobs")
     def jobs():
         out = []
-        for r in find_runs(root):
+        for r in RunDir.find(root, **LISTED):
             s = run_status(root, r, procs.alive(str(r)))
             s["epochs"] = epoch_segments(r, s["total"])
             out.append(s)

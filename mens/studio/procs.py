@@ -96,15 +96,10 @@ def run_status(root: Path, run: Path, alive: bool) -> dict:
             if (run / RunDir.TELEMETRY).is_file() else 0}
 
 
-def find_runs(root: Path, limit: int = 60) -> list[Path]:
-    """Run dirs (telemetry.jsonl) up to three levels below root, newest first; calibration
-    records excluded (they are not runs to serve or gate)."""
-    found = []
-    for depth in ("*", "*/*", "*/*/*"):
-        found += [p.parent for p in root.glob(f"{depth}/{RunDir.TELEMETRY}")
-                  if not RunDir(p.parent).is_calibration]
-    found.sort(key=lambda p: (p / RunDir.TELEMETRY).stat().st_mtime, reverse=True)
-    return found[:limit]
+# The studio's run list, found by RunDir.find: run dirs (telemetry.jsonl) one to three levels
+# below the runs folder (<date>/<time>, a sweep's <date>/<time>/<job>), newest first, the 60
+# newest; calibration records left out (they are not runs to serve or gate).
+LISTED = {"depths": (1, 2, 3), "newest": True, "limit": 60}
 
 
 # the chart's memory channel prefers the training window (what the plan predicts), hence

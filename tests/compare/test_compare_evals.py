@@ -10,14 +10,16 @@ import shutil
 import pytest
 
 from eval_util import fake_adapter, rows_a, rows_b, write_eval, write_gate
-from mens.compare.evals import badge, eval_table, evals_md, read_eval, stat_text
+from mens.compare.evals import badge, eval_table, evals_md, read_eval
 from mens.errors import ConfigError
 
 
 def ci_text(stat, signed=False):
-    """The interval as the table must print it, formatted here independently."""
-    f = "+.3f" if signed else ".3f"
-    return f"{format(stat['value'], f)} [{format(stat['ci'][0], f)}, {format(stat['ci'][1], f)}]"
+    """A rate's interval as the table must print it (mens.run.evalrow's one reading: percent,
+    a gain in points), formatted here independently."""
+    f = "+.1f" if signed else ".1f"
+    pts = [format(100 * x, f) for x in (stat["value"], *stat["ci"])]
+    return f"{pts[0]} [{pts[1]}, {pts[2]}]" + (" pts" if signed else "")
 
 
 @pytest.fixture
@@ -80,15 +82,16 @@ def test_void_and_ungated_and_none(two_runs, tmp_path):
 
 
 def test_stat_text():
-    assert stat_text({"value": 0.5, "ci": [0.25, 0.75]}) == "0.500 [0.250, 0.750]"
-    assert stat_text({"value": -0.01, "ci": [-0.05, 0.02]}, signed=True) == "-0.010 [-0.050, +0.020]"
-    assert stat_text({"value": 12345.6, "ci": None}) == "1.235e+04"
-    assert stat_text(None) == "—" and stat_text({"value": None, "ci": None}) == "—"
+    from mens.run.evalrow import gain_text, value_text
+    assert value_text({"value": 0.5, "ci": [0.25, 0.75]}, True) == "50.0 [25.0, 75.0]"
+    assert gain_text({"value": -0.01, "ci": [-0.05, 0.02]}, True) == "-1.0 [-5.0, +2.0] pts"
+    assert value_text({"value": 12345.6, "ci": None}, False) == "12345.6000"
+    assert value_text(None, True) == "—" and value_text({"value": None, "ci": None}, True) == "—"
 
 
 def test_badge():
     row = {"metric": "pass@1", "gain": {"value": 0.12, "ci": [0.04, 0.2]}}
-    assert badge({"metric": "pass@1", "in_domain": row}, "pass") == "pass@1 gain +0.120 [+0.040, +0.200]"
+    assert badge({"metric": "pass@1", "in_domain": row}, "pass") == "pass@1 gain +12.0 [+4.0, +20.0] pts"
     assert badge({"reasons": ["a", "b"]}, "fail") == "gate failed: a"
     assert badge({"reasons": []}, "fail") == "gate failed (no reason recorded)"
     assert badge({"verdict": "pass"}, "pass") == "gate passed"     # an older receipt: no row

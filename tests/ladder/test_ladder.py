@@ -144,11 +144,12 @@ def test_gated_cell_badge_shows_the_gain_and_its_interval(tiny_run, tmp_path, co
                     ["tiny"], ["vox_lang"])
     [cell] = result["cells"]
     g = row["gain"]
-    want = f"pass@1 gain {g['value']:+.3f} [{g['ci'][0]:+.3f}, {g['ci'][1]:+.3f}]"
+    lo, hi = (f"{100 * x:+.1f}" for x in g["ci"])
+    want = f"pass@1 gain {100 * g['value']:+.1f} [{lo}, {hi}] pts"
     assert cell["state"] == "TRAINED+GATED", cell["why"]
     assert cell["gate"]["badge"] == want and cell["gate"]["in_domain"] == row
     assert g["ci"][0] > 0                      # 6/20 → 14/20: a gain the interval supports
-    assert f"pass: pass@1 gain {g['value']:+.3f} [{g['ci'][0]:+.3f}," in render(result)  # rich wraps
+    assert f"pass: pass@1 gain {100 * g['value']:+.1f} [{lo}," in render(result)  # rich wraps
 
     write_gate(run, row, verdict="fail", reasons=["pass@1 gain below gate.min_gain 0.5",
                                                   "guard arc_easy/acc dropped"])

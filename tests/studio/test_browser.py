@@ -158,8 +158,8 @@ def test_evals_tab_draws_bars_with_their_intervals(studio, browser, tmp_path):
     # the table and the gate badge say the same numbers as text
     gain = rows[0]["gain"]
     assert art.locator(f'tr[data-metric="{rows[0]["name"]}"] td.gain').inner_text() == (
-        f"{gain['value']:+.3f} [{gain['ci'][0]:+.3f}, {gain['ci'][1]:+.3f}]")
+        f"{100 * gain['value']:+.1f} [{100 * gain['ci'][0]:+.1f}, {100 * gain['ci'][1]:+.1f}] pts")
     assert art.locator(".badge.gate").inner_text() == "pass"
-    assert art.locator(".gate-badge").inner_text().strip().startswith("pass@1 gain +0.400 [")
+    assert art.locator(".gate-badge").inner_text().strip().startswith("pass@1 gain +40.0 [")
     page.screenshot(path=str(tmp_path / "screens" / "evals.png"), full_page=True)
     assert not errors, errors

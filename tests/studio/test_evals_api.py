@@ -41,9 +41,12 @@ def test_evals_lists_rows_with_intervals_and_verdicts(client):
     assert r.status_code == 200, r.text
     by = {x["id"]: x for x in r.json()["runs"]}
     assert set(by) == {"d1/a_train", "d1/b_train", "d2/10-00-00_eval"}
-    assert by["d1/a_train"]["eval"]["rows"] == ra           # every row, intervals included
+    shown = by["d1/a_train"]["eval"]["rows"]
+    # every row, intervals included (and its reading as text)
+    assert [{k: v for k, v in x.items() if k != "text"} for x in shown] == ra
+    assert shown[0]["text"]["tuned"].startswith("70.0 [")      # and their one reading
     assert by["d1/a_train"]["gate"]["status"] == "pass"
-    assert by["d1/a_train"]["gate"]["badge"].startswith("pass@1 gain +0.400 [")
+    assert by["d1/a_train"]["gate"]["badge"].startswith("pass@1 gain +40.0 [")
     assert by["d1/b_train"]["eval"] is None and by["d1/b_train"]["gate"]["status"] == "fail"
     assert by["d1/b_train"]["gate"]["badge"] == "gate failed: gain interval reaches 0"
     assert by["d2/10-00-00_eval"]["gate"] is None

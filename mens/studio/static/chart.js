@@ -106,7 +106,8 @@ const EvalChart = {
   size: { w: 210, h: 200 },
   plots: [],
   // rows: eval.json's metric rows ({name, base: {value, ci}, tuned: {…}, gain: {…}});
-  // text(stat, signed): how a {value, ci} reads (the caller's formatter, shown in the legend)
+  // text(row, side): how a row's side (base/tuned/gain) reads (the caller's formatter: the
+  // API's one reading, shown in the legend)
   mount(box, rows, text) {
     this.plots = this.plots.filter(p => document.contains(p.root));
     box.classList.add("eval-charts");
@@ -115,7 +116,7 @@ const EvalChart = {
       box.append(panel);
       const plot = this.plot(panel, row, text);
       if (plot) this.plots.push(plot);
-      panel.append(el("small", { class: "eval-gain" }, "gain " + text(row.gain, true)));
+      panel.append(el("small", { class: "eval-gain" }, "gain " + text(row, "gain")));
     }
     return box;
   },
@@ -138,7 +139,7 @@ const EvalChart = {
         { ...axisStyle, label: name + (row.higher_is_better === false ? " ↓" : ""), labelSize: 18, size: 46 }],
       series: [{ label: "model", value: (u, i) => i == null ? "" : models[i] ?? "" },
         ...models.map(m => ({ label: m, stroke: this.colours[m], fill: this.colours[m], width: 0,
-          paths: bars, points: { show: false }, value: () => text(row[m]) }))],
+          paths: bars, points: { show: false }, value: () => text(row, m) }))],
       // zoom in y (drag up or down the plot: the intervals up close); a double-click resets
       cursor: { drag: { x: false, y: true }, points: { show: false } },
       hooks: { draw: [u => this.whiskers(u, row, models)] },

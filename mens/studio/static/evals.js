@@ -2,18 +2,15 @@
 // and their chart: base vs tuned bars with 95 % interval error bars (chart.js: EvalChart, one
 // small uPlot per metric, each on its own scale from 0).
 "use strict";
-// the numbers as mens.compare.evals prints them: 3 decimals, 4 significant digits when large
-const num = (x, signed) => x == null ? "—" : (signed && x >= 0 ? "+" : "") +
-  (Math.abs(x) < 1000 ? x.toFixed(3) : x.toPrecision(4));
-const statText = (s, signed) => !s || s.value == null ? "—" :
-  num(s.value, signed) + (s.ci ? ` [${num(s.ci[0], signed)}, ${num(s.ci[1], signed)}]` : "");
-
+// a row's numbers as text: the API sends mens.run.evalrow's one reading (row.text[side]),
+// the string eval.md, the gate, the card, compare and the ladder print; none is formatted here
+const statText = (row, side) => (row && row.text && row.text[side]) || "—";
 function evalTable(rows) {
   const head = ["metric", "group", "n", "base [95 % ci]", "tuned [95 % ci]", "gain [paired ci]", "version"];
   return el("table", { class: "grid eval-rows" }, el("tr", {}, ...head.map(h => el("th", {}, h))),
     ...rows.map(r => el("tr", { "data-metric": r.name }, el("td", {}, r.name + (r.higher_is_better === false ? " ↓" : "")),
-      el("td", {}, r.group || ""), el("td", {}, String(r.n ?? "–")), el("td", {}, statText(r.base)),
-      el("td", {}, statText(r.tuned)), el("td", { class: "gain" }, statText(r.gain, true)), el("td", {}, r.version ?? "–"))));
+      el("td", {}, r.group || ""), el("td", {}, String(r.n ?? "–")), el("td", {}, statText(r, "base")),
+      el("td", {}, statText(r, "tuned")), el("td", { class: "gain" }, statText(r, "gain")), el("td", {}, r.version ?? "–"))));
 }
 
 async function loadEvalResults() {

@@ -89,7 +89,7 @@ $("#compare").addEventListener("click", async () => {
     const ev = r.evals;   // mens.compare.evals' table: tuned [ci] and gain [ci] per run, the verdicts
     if (ev) t.append(el("tr", {}, el("th", { colspan: r.runs.length + 1 }, "eval results: tuned [95 % ci] · gain [paired ci]")),
       ...ev.metrics.map(m => el("tr", { "data-metric": m.name }, el("th", {}, m.name),
-        ...m.cells.map(c => el("td", {}, c ? `${statText(c.tuned)} · gain ${statText(c.gain, true)}` : "—")))),
+        ...m.cells.map(c => el("td", {}, c ? `${statText(c, "tuned")} · gain ${statText(c, "gain")}` : "—")))),
       el("tr", {}, el("th", {}, "gate"), ...ev.gates.map(g => el("td", {}, g ? `${g.status}: ${g.badge}` : "not gated"))));
     $("#compare-msg").textContent = `written to ${r.out} (compare.md, loss_curves.png)`;
   } catch (e) { $("#compare-msg").textContent = e.message; }
