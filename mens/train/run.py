@@ -36,7 +36,6 @@ def train_run(spec, plan, out_dir: Path, resume: bool = False,
     import lightning as L
     import torch
 
-    from mens.data.pack import packing_stats
     from mens.data.prepare import prepare
     from mens.model.load import load_model, load_tokenizer, trainable_count
     from mens.objective import build as build_objective
@@ -76,12 +75,12 @@ def train_run(spec, plan, out_dir: Path, resume: bool = False,
     model, _ = load_model(spec, notes, before_base=before_base, tokenizer=tokenizer)
     if trims and spec.lane.gradient_checkpointing:   # the heap's layer by layer (allocator)
         allocator.layer_trims(model.get_decoder().layers, trims)
-    data, router, packing = _datamodule(model, spec, objective, prepared, notes, tel, heap)
+    data, router = _datamodule(model, spec, objective, prepared, notes, tel, heap)
     trainable, total = trainable_count(model)
     if objective.prompts:                  # grpo: the step samples its own answers
         objective.bind(model, tokenizer, prepared.records, prepared.encoder)
     for e, c in enumerate(prepared.counts):
-        extra = packing_stats(data.epochs[e]) if packing else {}
+        extra = data.row_stats[e] if data.row_stats else {}
         tel.emit(Event.CURRICULUM, epoch=e, cap=spec.curriculum.caps[min(e, len(spec.curriculum.caps) - 1)],
                  **c, **extra)
     base_eval, refs = _before_training(model, spec, tel, objective, prepared, resume)
@@ -143,7 +142,7 @@ def _start(spec, plan, run: RunDir, tel, resume: bool, heap: dict, size: int,
 
 
 def _datamodule(model, spec, objective, prepared, notes: list, tel, heap: dict):
-    """(MensData, RouterAux or None, whether its rows are packed): the attention path this model allows for the prepared
+    """(MensData, RouterAux or None): the attention path this model allows for the prepared
     examples (packed rows, per-record attention, or each record padded alone), its PATHS row,
     and what loading did other than the spec said (NOTE rows, said)."""
     from mens.data.pack import mask_dtype_for
@@ -180,7 +179,7 @@ def _datamodule(model, spec, objective, prepared, notes: list, tel, heap: dict):
                     block_mask=not packed, prompts=prompts, packing=packing,
                     token_mask=router is not None,
                     windows=window_masks(model.config, spec.train.seq_len) if packing else None)
-    return data, router, packing
+    return data, router
 
 
 def _before_training(model, spec, tel, objective, prepared, resume: bool):
