@@ -33,7 +33,7 @@ class Prepared:
     encoder: object = None     # the run's RunEncoder (grpo builds its prompts with it)
 
 
-def prepare(spec, tokenizer, pairs: bool) -> Prepared:
+def prepare_data(spec, tokenizer, pairs: bool) -> Prepared:
     """The records this run trains on, their examples and the held-out sets. pairs: the
     objective trains on pair (or labeled) examples. Raises DataError when no record keeps a
     token to learn from within train.seq_len."""

@@ -36,7 +36,7 @@ def train_run(spec, plan, out_dir: Path, resume: bool = False,
     import lightning as L
     import torch
 
-    from mens.data.prepare import prepare
+    from mens.data.prepare import prepare_data
     from mens.model.load import load_model, load_tokenizer, trainable_count
     from mens.objective import build as build_objective
     from mens.train import allocator
@@ -62,7 +62,7 @@ def train_run(spec, plan, out_dir: Path, resume: bool = False,
     notes = list(spec.notes)
     tokenizer = load_tokenizer(spec.rung, notes)
     objective = build_objective(spec)      # what the lane trains toward (mens.objective)
-    prepared = prepare(spec, tokenizer, objective.pairs)   # the data stage, asked once
+    prepared = prepare_data(spec, tokenizer, objective.pairs)   # the data stage, once
     tel.emit(Event.DATA, **prepared.stats)
     meter = meter_for(spec.hw.backend)     # the peak as calibration measures it (meter.py)
 
