@@ -1,8 +1,8 @@
 """The data stage, asked once by the run: records → what training and evaluation consume.
 
-    read → normalise → clean → split → select   (mens.data.select: the spoke's corpus, or the
-                                                 user's data through mens.data.sources, where the
-                                                 objective's record kinds are checked)
+    read → normalise → clean → split → select    (select.py: the spoke's corpus, or the user's
+                                                  data through sources.py, where the objective's
+                                                  record kinds are checked)
     → tokenize (examples.py) → held-out sets → each epoch's counts (curriculum.py)
 
 The train stage reads the Prepared it gets and never asks the data modules again: a record's
