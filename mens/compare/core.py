@@ -143,7 +143,7 @@ def before_after(run: Path, n_prompts: int, max_tokens: int) -> dict:
     from mens.data.formats import kind, turns
     from mens.data.select import eval_records
     from mens.serve.generate import GenRequest, generate
-    from mens.train.evaluate import eval_sets
+    from mens.data.prepare import eval_sets
 
     run = Path(run)
     spec = _spec(run)

@@ -114,21 +114,21 @@ def eval_records(spec) -> dict:
     data) and "collateral" (another spoke's held-out chats), unless data.collateral=none."""
     from mens.config.options import load_option
 
-    out = {}
     if user_data(spec):
         ds = dataset(spec.data, spec.lane.objective, spec.curriculum.phases)
-        out["eval"] = (data_label(spec.data), list(ds.eval))
+        out = {"eval": (data_label(spec.data), list(ds.eval))}
         if _get(spec.data, "collateral", "spoke") == "none":
             return out
-        other = spec.spoke.name
-        out["collateral"] = (other, [r for r in load_eval(load_option("spoke", other))
-                                     if kind(r) == "chat"])
-        return out
-    for role, name in (("eval", spec.spoke.name),
-                       ("collateral", collateral_spoke(spec.spoke.name))):
-        spoke = spec.spoke if role == "eval" else load_option("spoke", name)
-        out[role] = (name, [r for r in load_eval(spoke) if kind(r) == "chat"])
+        other = spec.spoke.name   # the spoke the user's data stands in for
+    else:
+        out = {"eval": (spec.spoke.name, _chats(load_eval(spec.spoke)))}
+        other = collateral_spoke(spec.spoke.name)
+    out["collateral"] = (other, _chats(load_eval(load_option("spoke", other))))
     return out
+
+
+def _chats(records: list[dict]) -> list[dict]:
+    return [r for r in records if kind(r) == "chat"]
 
 
 def lock_changes(before, after) -> list[str]:

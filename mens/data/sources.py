@@ -117,6 +117,11 @@ def read_file(path: Path):
         yield from enumerate(rows, 1)
 
 
+def _file_lock(p: Path) -> dict:
+    """A data file named by content: one entry of the run's data lock."""
+    return {"path": str(p), "sha256": sha256(p), "bytes": p.stat().st_size}
+
+
 def _cell(v: str):
     """CSV cells are strings; a cell holding a JSON list/object (e.g. messages) is parsed."""
     s = v.strip() if isinstance(v, str) else v
@@ -169,7 +174,7 @@ def load_records(data, phases=("warmup",), which: str = "train") -> tuple[list[d
         files = expand(_get(data, "path" if which == "train" else "eval_path"), key)
         feeds = [(str(p), read_file(p), "line" if p.suffix.lower() in (".jsonl", ".csv")
                   else "record") for p in files]
-        lock = [{"path": str(p), "sha256": sha256(p), "bytes": p.stat().st_size} for p in files]
+        lock = [_file_lock(p) for p in files]
     fmt, records, stats = None, [], {"read": 0, "below_min_rating": 0, "tag_filtered": 0}
     first = None
     shared_tools = dataset_tools(data)
@@ -270,8 +275,7 @@ def load_data(data, objective: str, phases=("warmup",)) -> Dataset:
                         key="data.path")
     if _get(data, "tools"):   # the shared schemas are part of the data: named by content
         p = expand(_get(data, "tools"), "data.tools")[0]
-        lock.append({"path": str(p), "sha256": sha256(p), "bytes": p.stat().st_size,
-                     "role": "tools"})
+        lock.append({**_file_lock(p), "role": "tools"})
     if not records and stats.get("bad_skipped") and not stats["below_min_rating"] \
             and not stats["tag_filtered"]:
         raise DataError(f"data.on_bad=skip dropped every record ({stats['bad_skipped']} bad; "

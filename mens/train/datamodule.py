@@ -12,7 +12,7 @@ import math
 import lightning as L
 import torch
 
-from mens.data.pack import IGNORE, Example, collate, pack, pad_batch
+from mens.data.pack import IGNORE, Example, collate, pack, pad_batch, packing_stats
 
 
 class Position:
@@ -140,6 +140,9 @@ class MensData(L.LightningDataModule):
         self.token_mask, self.windows = token_mask, windows
         self.epochs = [epoch_items(examples, records, spec, e, pairs, prompts, packing)
                        for e in range(spec.curriculum.epochs)]
+        packed = (spec.train.packing if packing is None else packing) and not (pairs or prompts)
+        # each epoch's packed rows in numbers (the run's CURRICULUM rows); None when unpacked
+        self.row_stats = [packing_stats(rows) for rows in self.epochs] if packed else None
 
     def collate(self, keyed):
         """[(item, group, group tokens)] (SkipBatches) → a batch with `step_group` and

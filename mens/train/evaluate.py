@@ -8,10 +8,7 @@ from __future__ import annotations
 
 import math
 
-from mens.data.examples import examples_for
-from mens.data.formats import kind, turns
-from mens.data.pack_order import EVAL_MICRO, eval_chunks  # noqa: F401 (shared with the loop)
-from mens.data.select import collateral_spoke, eval_records  # noqa: F401 (re-exported)
+from mens.data.pack_order import EVAL_MICRO, eval_chunks
 from mens.run.telemetry import Event
 
 
@@ -60,37 +57,6 @@ def _scored_chunks(model, examples, micro: int, seq_len: int, desc: str | None):
                 yield chunk, nll, tokens
     finally:
         model.train()
-
-
-def eval_sets(spec, tokenizer) -> dict:
-    """{role: (name, [Example] or [(chosen, rejected, index)])} for the data's held-out split
-    ("eval") and, unless turned off, one other spoke's ("collateral")."""
-    out = {}
-    phases = list(spec.curriculum.phases)
-    for role, (name, recs) in eval_records(spec).items():
-        recs = [dict(r, phase=r["phase"] if r.get("phase") in phases else phases[0])
-                for r in recs][:spec.train.eval_max_records]
-        if recs and kind(recs[0]) == "labeled":   # KTO's held-out split (user data)
-            recs = desirable_as_chats(name, recs)
-        pairs = bool(recs) and kind(recs[0]) == "pair"
-        # held-out records are scored whole (up to the rung's positions, at most 4096), not cut
-        # to the training window: a cut could drop the very answer being scored
-        exs, _ = examples_for(recs, tokenizer, spec, phases, pairs=pairs,
-                              max_len=min(spec.rung.max_position_embeddings, 4096))
-        out[role] = (name, list(exs.values()))
-    return out
-
-
-def desirable_as_chats(name: str, recs: list) -> list:
-    """Held-out labeled records (KTO) → their desirable answers as chats: the held-out loss is
-    the NLL of the answers wanted (an undesirable one's NLL would reward learning it). No KTO
-    loss is computed on held-out data; said once per set."""
-    import sys
-
-    good = [{**r, "messages": r["prompt"] + r["completion"]} for r in recs if r["label"]]
-    print(f"mens: held-out {name}: {len(good)} desirable of {len(recs)} labeled records scored "
-          f"as an answer NLL (no held-out KTO loss)", file=sys.stderr)
-    return good
 
 
 def loop_sets(sets: dict) -> dict:
@@ -187,18 +153,16 @@ def base_from_telemetry(rows: list[dict]) -> dict:
 ORACLE = "oracle"   # an EVAL row's split: the objective's held-out oracle measure (grpo)
 
 
-def objective_held_out(objective, model, spec, tel, which: str) -> dict | None:
+def objective_held_out(objective, model, held: tuple, tel, which: str) -> dict | None:
     """The objective's own held-out measure (Objective.held_out; grpo: the greedy answers'
-    oracle pass rate and mean partial reward) on the data's held-out chat records, capped by
-    train.eval_max_records: an EVAL row (split "oracle", model base | adapter), said."""
+    oracle pass rate and mean partial reward) on the data's held-out chats, `held` = (name,
+    chats) as the data stage prepared them (mens.data.prepare.Prepared.held_out): an EVAL row
+    (split "oracle", model base | adapter), said."""
     import sys
 
     if not objective.measures_held_out:
         return None
-    name, recs = eval_records(spec).get("eval") or (None, [])
-    # a pair or labeled record's prompt is its conversation's head as a chat's is
-    recs = [r if kind(r) == "chat" else {**r, "messages": turns(r)}
-            for r in recs if kind(r) != "text"][:spec.train.eval_max_records]
+    name, recs = held
     out = objective.held_out(model, recs) if recs else None
     if out is None:
         return None

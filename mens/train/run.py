@@ -36,21 +36,13 @@ def train_run(spec, plan, out_dir: Path, resume: bool = False,
     import lightning as L
     import torch
 
-    from mens.data.curriculum import epoch_counts
-    from mens.data.examples import example_records, examples_for
-    from mens.data.select import train_records
-    from mens.data.pack import mask_dtype_for, packing_stats
+    from mens.data.prepare import prepare_data
     from mens.model.load import load_model, load_tokenizer, trainable_count
-    from mens.train.evaluate import eval_sets, evaluate_base, loop_sets
-    from mens.train.meter import meter_for, window_opener
-    from mens.train.datamodule import MensData, packing_refusal
     from mens.objective import build as build_objective
-    from mens.train.evaluate import pair_references
-    from mens.train.module import MensModule, reference_scorer
-    from mens.train.router import RouterAux
-    from mens.train.attention import window_masks
     from mens.train import allocator
-    from mens.train.launched import launched
+    from mens.train.evaluate import loop_sets
+    from mens.train.meter import meter_for, window_opener
+    from mens.train.module import MensModule
     from mens.train.strategy import RUN_DIR_ENV, release, world
     from mens.train.trainer import build_trainer, quiet_libraries
 
@@ -60,55 +52,18 @@ def train_run(spec, plan, out_dir: Path, resume: bool = False,
     devices, nodes, strategy = world(spec)
     size = devices * nodes
     quiet_libraries(spec)
-    # train.heap (resolved by the plan): glibc's own, or a fixed 8 MiB mmap threshold and a
-    # trim before every micro-batch (mens.train.allocator)
-    heap = allocator.configure(spec.hw.backend) if spec.train.heap == "fixed" else \
-        {"allocator": "default"}
-    trims = allocator.Trims() if heap.get("set") else None
-    if trims:
-        heap["trim"] = "before every micro-batch" + (
-            "; before each decoder layer's forward and backward (checkpointing)"
-            if spec.lane.gradient_checkpointing else "")
+    heap, trims = _heap(spec)
     run = RunDir(out_dir)
     tel = Telemetry(run.telemetry)
-    notes = list(spec.notes)
-    # the launcher that started the ranks (torchrun, srun), if not mens: its launch identity is
-    # how an elastic restart knows this run is its own (mens.train.launched.attempt)
-    launch = {"launch": w.record()} if (w := launched()) is not None else {}
-    if not resume:
-        tel.emit(Event.TRAIN_START, spec=spec.to_dict(), plan=plan.to_dict(), git=git_commit(),
-                 versions=spec.versions, host=host(), argv=sys.argv, allocator=heap,
-                 world_size=size, strategy=strategy, **launch)
-    else:
-        _same_world(run, size)
-        tel.emit(Event.RESUME, checkpoint=str(run.last_checkpoint), world_size=size, **launch)
-    for n in notes:
-        if n.startswith(Event.GPU_FALLBACK):
-            print(f"mens: {n}", file=sys.stderr)
-            tel.emit(Event.GPU_FALLBACK, detail=n)
+    _start(spec, plan, run, tel, resume, heap, size, strategy)
     L.seed_everything(spec.train.seed, workers=True, verbose=False)
     torch.use_deterministic_algorithms(spec.hw.backend == "cpu", warn_only=True)
 
+    notes = list(spec.notes)
     tokenizer = load_tokenizer(spec.rung, notes)
     objective = build_objective(spec)      # what the lane trains toward (mens.objective)
-    pairs = objective.pairs
-    records, data_stats, label = train_records(spec)
-    phases = list(spec.curriculum.phases)
-    examples, tok_stats = examples_for(records, tokenizer, spec, phases, pairs)
-    tel.emit(Event.DATA, **{**data_stats, **tok_stats, "spoke": spec.spoke.name, "data": label,
-                        "lock": list(getattr(spec, "data_lock", None) or [])})
-    skipped = tok_stats["unsupervised_records_skipped"]
-    if skipped:   # counted in the DATA row, said on the console
-        print(f"mens: skipped {skipped} of {len(records)} {label} records whose answer "
-              f"lies wholly beyond train.seq_len={spec.train.seq_len} (no token to learn from)",
-              file=sys.stderr)
-    if not examples:
-        raise DataError(f"no {label} record keeps an answer token within "
-                        f"train.seq_len={spec.train.seq_len}: raise train.seq_len (or leave it "
-                        f"auto).", key="train.seq_len")
-    records = example_records(records, examples)
-    sets = eval_sets(spec, tokenizer)
-
+    prepared = prepare_data(spec, tokenizer, objective.pairs)   # the data stage, once
+    tel.emit(Event.DATA, **prepared.stats)
     meter = meter_for(spec.hw.backend)     # the peak as calibration measures it (meter.py)
 
     def before_base():
@@ -120,7 +75,83 @@ def train_run(spec, plan, out_dir: Path, resume: bool = False,
     model, _ = load_model(spec, notes, before_base=before_base, tokenizer=tokenizer)
     if trims and spec.lane.gradient_checkpointing:   # the heap's layer by layer (allocator)
         allocator.layer_trims(model.get_decoder().layers, trims)
-    prompts = objective.prompts            # grpo: the step samples its own answers
+    data, router = _datamodule(model, spec, objective, prepared, notes, tel, heap)
+    trainable, total = trainable_count(model)
+    if objective.prompts:                  # grpo: the step samples its own answers
+        objective.bind(model, tokenizer, prepared.records, prepared.encoder)
+    for e, c in enumerate(prepared.counts):
+        extra = data.row_stats[e] if data.row_stats else {}
+        tel.emit(Event.CURRICULUM, epoch=e, cap=spec.curriculum.caps[min(e, len(spec.curriculum.caps) - 1)],
+                 **c, **extra)
+    base_eval, refs = _before_training(model, spec, tel, objective, prepared, resume)
+    _reference_pass(objective, model, spec, prepared.examples, data)
+    module = MensModule(model, spec, data.position, data.planned_steps(), objective,
+                        router=router)
+    # loading, the base evaluation and (on resume) the checkpoint restore stay outside the window
+    opener = window_opener(meter, allocator.trim if spec.train.heap == "fixed" else None)
+    callbacks = [opener, *hooks.callbacks, *([allocator.step_trim(trims)] if trims else [])]
+    trainer, _ = build_trainer(spec, plan, run.path, tel, data, trainable,
+                               extra_callbacks=callbacks, job_type=job_type,
+                               eval_sets=loop_sets(prepared.sets), meter=meter)
+    t0 = time.time()
+    try:
+        return _fit_and_finish(trainer, module, data, model, tokenizer, spec, plan, run, tel,
+                               meter, prepared, refs, base_eval, (trainable, total), t0,
+                               strategy, size, resume, trims)
+    finally:   # every way out: the process group closed, the launcher's environment cleared
+        release()
+
+
+def _heap(spec) -> tuple[dict, object]:
+    """(the TRAIN_START row's allocator, allocator.Trims or None): train.heap (resolved by the
+    plan) is glibc's own, or a fixed 8 MiB mmap threshold and a trim before every micro-batch
+    (mens.train.allocator)."""
+    from mens.train import allocator
+
+    heap = (allocator.configure(spec.hw.backend) if spec.train.heap == "fixed"
+            else {"allocator": "default"})
+    trims = allocator.Trims() if heap.get("set") else None
+    if trims:
+        heap["trim"] = "before every micro-batch" + (
+            "; before each decoder layer's forward and backward (checkpointing)"
+            if spec.lane.gradient_checkpointing else "")
+    return heap, trims
+
+
+def _start(spec, plan, run: RunDir, tel, resume: bool, heap: dict, size: int,
+           strategy: str) -> None:
+    """The run's first rows: TRAIN_START (or RESUME, at the world size that wrote the
+    checkpoint), and the spec's GPU fallbacks, said."""
+    from mens.train.launched import launched
+
+    # the launcher that started the ranks (torchrun, srun), if not mens: its launch identity is
+    # how an elastic restart knows this run is its own (mens.train.launched.attempt)
+    w = launched()
+    launch = {"launch": w.record()} if w is not None else {}
+    if not resume:
+        tel.emit(Event.TRAIN_START, spec=spec.to_dict(), plan=plan.to_dict(), git=git_commit(),
+                 versions=spec.versions, host=host(), argv=sys.argv, allocator=heap,
+                 world_size=size, strategy=strategy, **launch)
+    else:
+        _same_world(run, size)
+        tel.emit(Event.RESUME, checkpoint=str(run.last_checkpoint), world_size=size, **launch)
+    for n in spec.notes:
+        if n.startswith(Event.GPU_FALLBACK):
+            print(f"mens: {n}", file=sys.stderr)
+            tel.emit(Event.GPU_FALLBACK, detail=n)
+
+
+def _datamodule(model, spec, objective, prepared, notes: list, tel, heap: dict):
+    """(MensData, RouterAux or None): the attention path this model allows for the prepared
+    examples (packed rows, per-record attention, or each record padded alone), its PATHS row,
+    and what loading did other than the spec said (NOTE rows, said)."""
+    from mens.data.pack import mask_dtype_for
+    from mens.train.attention import window_masks
+    from mens.train.datamodule import MensData, packing_refusal
+    from mens.train.evaluate import loop_sets
+    from mens.train.router import RouterAux
+
+    pairs, prompts = objective.pairs, objective.prompts
     packing = spec.train.packing and not pairs and not prompts
     refused = packing_refusal(model) if packing else ""   # the plan normally turned it off
     if refused:
@@ -136,65 +167,56 @@ def train_run(spec, plan, out_dir: Path, resume: bool = False,
     router = RouterAux.of(model)           # a mixture of experts' load-balancing loss
     if router is not None:
         notes.append(router.note)
-    attention = "per_record" if packed else "block_mask" if spec.train.packing and not pairs \
-        and not refused else "padded"
+    attention = ("per_record" if packed else "block_mask"
+                 if spec.train.packing and not pairs and not refused else "padded")
     tel.emit(Event.PATHS, attention=attention, loss=spec.train.loss, heap=heap)   # this run's
     for n in notes[len(spec.notes):]:   # what loading did other than the spec said: loud, kept
         print(f"mens: note: {n}", file=sys.stderr)
         tel.emit(Event.NOTE, detail=n)
-    trainable, total = trainable_count(model)
-    data = MensData(spec, examples, records, pairs, mask_dtype_for(model.config),
-                    eval_sets=loop_sets(sets) if spec.train.eval_every else None,
+    data = MensData(spec, prepared.examples, prepared.records, pairs,
+                    mask_dtype_for(model.config),
+                    eval_sets=loop_sets(prepared.sets) if spec.train.eval_every else None,
                     block_mask=not packed, prompts=prompts, packing=packing,
                     token_mask=router is not None,
                     windows=window_masks(model.config, spec.train.seq_len) if packing else None)
-    if prompts:
-        from mens.data.examples import run_encoder
-        objective.bind(model, tokenizer, records, run_encoder(tokenizer, spec))
-    counts = epoch_counts(records, list(spec.curriculum.caps), phases)
-    for e, c in enumerate(counts):
-        extra = {} if not packing else packing_stats(data.epochs[e])
-        tel.emit(Event.CURRICULUM, epoch=e, cap=spec.curriculum.caps[min(e, len(spec.curriculum.caps) - 1)],
-                 **c, **extra)
-    refs: dict = {}                        # held-out pairs' reference log-probs (dpo)
-    # the base's numbers come from rank 0 (the other ranks' would be the same)
-    base_eval = evaluate_base(model, sets, spec, tel, refs) if not resume and rank_zero() \
-        else None
+    return data, router
+
+
+def _before_training(model, spec, tel, objective, prepared, resume: bool):
+    """(the base's EVAL numbers or None, held-out pairs' reference log-probs (dpo)). The base's
+    numbers come from rank 0 (the other ranks' would be the same); a resumed run has them in
+    the first run's rows."""
+    from mens.train.evaluate import evaluate_base, objective_held_out, pair_references
+
+    refs: dict = {}
+    base_eval = (evaluate_base(model, prepared.sets, spec, tel, refs)
+                 if not resume and rank_zero() else None)
     if base_eval is not None:   # grpo: the greedy oracle pass rate before training
-        from mens.train.evaluate import objective_held_out
-        objective.before = objective_held_out(objective, model, spec, tel, "base")
+        objective.before = objective_held_out(objective, model, prepared.held_out, tel, "base")
     if resume:   # held-out pairs' references: the policy before the checkpoint is restored
-        refs = {r: pair_references(model, s[1], spec) for r, s in sets.items()
+        refs = {r: pair_references(model, s[1], spec) for r, s in prepared.sets.items()
                 if s[1] and isinstance(s[1][0], tuple)}
-    # the objective's pass on the initial weights (dpo: the reference, over the pairs the
-    # planned steps reach)
+    return base_eval, refs
+
+
+def _reference_pass(objective, model, spec, examples: dict, data) -> None:
+    """The objective's pass on the initial weights (dpo: the reference, over the pairs the
+    planned steps reach)."""
+    from mens.train.module import reference_scorer
+
     c = objective.card
-    if c.needs_reference(spec.lane) and not c.reference_in_step:
-        score = reference_scorer(model, spec)
-        try:
-            objective.prepare(score, list(examples.values()),
-                              {_index(x) for x in data.reached()} if pairs else None)
-        finally:
-            score.done()
-    module = MensModule(model, spec, data.position, data.planned_steps(), objective,
-                        router=router)
-    # loading, the base evaluation and (on resume) the checkpoint restore stay outside the window
-    opener = window_opener(meter, allocator.trim if spec.train.heap == "fixed" else None)
-    callbacks = [opener, *hooks.callbacks, *([allocator.step_trim(trims)] if trims else [])]
-    trainer, _ = build_trainer(spec, plan, run.path, tel, data, trainable,
-                               extra_callbacks=callbacks, job_type=job_type,
-                               eval_sets=loop_sets(sets), meter=meter)
-    t0 = time.time()
+    if not c.needs_reference(spec.lane) or c.reference_in_step:
+        return
+    score = reference_scorer(model, spec)
     try:
-        return _fit_and_finish(trainer, module, data, model, tokenizer, spec, plan, run, tel,
-                               meter, sets, refs, base_eval, (trainable, total), t0, strategy, size,
-                               resume, trims)
-    finally:   # every way out: the process group closed, the launcher's environment cleared
-        release()
+        objective.prepare(score, list(examples.values()),
+                          {_index(x) for x in data.reached()} if objective.pairs else None)
+    finally:
+        score.done()
 
 
-def _fit_and_finish(trainer, module, data, model, tokenizer, spec, plan, run, tel, meter, sets,
-                    refs, base_eval, params, t0, strategy, size, resume, trims=None):
+def _fit_and_finish(trainer, module, data, model, tokenizer, spec, plan, run, tel, meter,
+                    prepared, refs, base_eval, params, t0, strategy, size, resume, trims=None):
     from mens.train.evaluate import base_from_telemetry, evaluate
     from mens.train.loggers import close_loggers, log_weights
     from mens.train.strategy import distributed, full_state_dict, share
@@ -226,18 +248,18 @@ def _fit_and_finish(trainer, module, data, model, tokenizer, spec, plan, run, te
     saved = _save_outputs(model, tokenizer, spec, run, full_state_dict(model) if sharded else None)
     if not (rank_zero() or sharded):   # DDP: rank 0 evaluates and writes; the others wait
         return share(None)
-    after = evaluate(model, sets, tel, "adapter", spec, refs)   # FSDP2: every rank, in step
+    after = evaluate(model, prepared.sets, tel, "adapter", spec, refs)   # FSDP2: every rank, in step
     if not rank_zero():
         return share(None)
     log_eval(trainer, after)
     if base_eval is None:   # resumed: the base numbers are in the first run's EVAL rows
         base_eval = base_from_telemetry(run.telemetry_rows(Event.EVAL))
-    oracle = held_out_oracle(module.objective, model, spec, run, tel)
+    oracle = held_out_oracle(module.objective, model, prepared.held_out, run, tel)
     trainable, total = params
     steps = next(c for c in trainer.callbacks if isinstance(c, StepTelemetry))
     tokens, secs = steps.trained_tokens, steps.train_seconds
-    summary = _summary(spec, plan, base_eval, after, trainer, duration, trainable, total,
-                       train_peak, meter.kind)
+    summary = _summary(spec, plan, prepared.label, base_eval, after, trainer, duration,
+                       trainable, total, train_peak, meter.kind)
     # who started the ranks, as Lightning saw it (TorchElasticEnvironment, SLURMEnvironment,
     # LightningEnvironment: mens's own launcher); none for one device
     cluster = getattr(trainer.strategy, "cluster_environment", None)
@@ -262,13 +284,13 @@ def _fit_and_finish(trainer, module, data, model, tokenizer, spec, plan, run, te
     return share(summary)
 
 
-def held_out_oracle(objective, model, spec, run: RunDir, tel) -> dict | None:
+def held_out_oracle(objective, model, held: tuple, run: RunDir, tel) -> dict | None:
     """An objective's held-out measure after training beside the base's (grpo: the greedy
     oracle pass rate before → after): the summary's numbers; every answer and its reward in
-    held_out_oracle.json."""
+    held_out_oracle.json. held: the data stage's (name, held-out chats)."""
     from mens.train.evaluate import health_flags, objective_held_out, oracle_from_telemetry
 
-    after = objective_held_out(objective, model, spec, tel, "adapter")
+    after = objective_held_out(objective, model, held, tel, "adapter")
     if after is None:
         return None
     if "split" in after:   # a measure of its own (distill): before → after, as it is
@@ -343,22 +365,21 @@ def _unsharded_name(config: Path, name: str) -> None:
     atomic_write(config, json.dumps(cfg, indent=2) + "\n")
 
 
-def _summary(spec, plan, base, after, trainer, duration, trainable, total, train_peak,
-             peak_kind) -> dict:
+def _summary(spec, plan, label: str, base, after, trainer, duration, trainable, total,
+             train_peak, peak_kind) -> dict:
     import resource
     # the training window's peak above the pre-model baseline: the quantity the planner
     # predicts and calibration fits, so the two compare; the whole process's too, on CPU
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     process = rss * (1 if sys.platform == "darwin" else 1024)   # bytes on macOS, KiB on Linux
     from mens.config.objectives import lane_fields
-    from mens.data.select import data_label, user_data
 
     coll = after.get("collateral")
     pairs = {k: after["eval"][k] for k in ("reward_accuracy", "reward_margin")
              if k in after["eval"]}   # held-out preference pairs: DPO loss and rewards
     return {
         "spoke": spec.spoke.name, **lane_fields(spec.lane), "rung": spec.rung.name,
-        "data": data_label(spec.data) if user_data(spec) else spec.spoke.name,
+        "data": label,
         "eval_loss_base": base["eval"]["loss"], "eval_loss_adapter": after["eval"]["loss"],
         "eval_improvement_pct": 100 * (1 - after["eval"]["loss"] / base["eval"]["loss"]),
         "eval_records": after["eval"]["records"], "eval_tokens": after["eval"]["tokens"],

@@ -166,7 +166,8 @@ def test_the_pushed_adapter_reproduces_the_runs_eval_loss(story, monkeypatch):
     from mens.data.pack_order import EVAL_MICRO
     from mens.model.load import load_base, load_tokenizer
     from mens.plan.spec import compile_run, load_rerun
-    from mens.train.evaluate import eval_loss, eval_sets
+    from mens.data.prepare import eval_sets
+    from mens.train.evaluate import eval_loss
 
     hub = story["hub"]
     local = story["tmp"] / "pulled"
