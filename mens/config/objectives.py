@@ -43,10 +43,9 @@ WANT = {"chat": "SFT records (chat, ShareGPT, Alpaca, prompt/completion or text)
         "labeled": "labeled records (prompt/completion/label)", "prompts": "prompts"}
 
 
-def for_data(data_kind: str) -> str:
-    """The objective a data kind trains first (the hint of a mismatch error)."""
-    have = RECORD_OF.get(data_kind, "chat")
-    return next(n for n, c in CARDS.items() if c.record == have)
+# a record kind → the objective that trains on it first (the hint of a mismatch error)
+FOR_DATA = {have: next(n for n, c in CARDS.items() if c.record == have)
+            for have in dict.fromkeys(RECORD_OF.values())}
 
 
 # lane.kind (before a lane was method × objective) → the keys that replace it

@@ -19,8 +19,8 @@ def _spoke_dataset(cfg):
     from mens.data.sources import Dataset
 
     train, stats = load_spoke(cfg.spoke, "train", seed=cfg.train.seed)
-    train, _ = spoke_records(train, cfg.lane)
-    held, _ = spoke_records(load_eval(cfg.spoke), cfg.lane)
+    train, _ = spoke_records(train, card(cfg.lane))
+    held, _ = spoke_records(load_eval(cfg.spoke), card(cfg.lane))
     seen, uniq = set(), []
     for r in train:   # the mix upsamples: count each record once
         if r["id"] not in seen:
@@ -62,10 +62,11 @@ def histogram(tokens: list[int], bins: int = 10) -> list[str]:
 
 def inspect(cfg, seq_len: int | None = None) -> dict:
     """The report as a dict (`text` holds it printed)."""
+    from mens.config.objectives import card
     from mens.data.select import data_label, dataset, user_data
 
     user = user_data(cfg)
-    ds = dataset(cfg.data, cfg.lane.objective, list(cfg.curriculum.phases)) if user \
+    ds = dataset(cfg.data, card(cfg.lane), list(cfg.curriculum.phases)) if user \
         else _spoke_dataset(cfg)
     name = data_label(cfg.data) if user else f"spoke {cfg.spoke.name}"
     enc = L.encoder(cfg)

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from mens.data.curriculum import epoch_counts
 from mens.data.examples import example_records, examples_for, run_encoder
 from mens.data.formats import kind, turns
-from mens.data.select import eval_records, train_records
+from mens.data.select import eval_records, run_records
 from mens.errors import DataError
 
 
@@ -38,7 +38,7 @@ def prepare_data(spec, tokenizer, pairs: bool) -> Prepared:
     objective trains on pair (or labeled) examples. Raises DataError when no record keeps a
     token to learn from within train.seq_len."""
     phases = list(spec.curriculum.phases)
-    records, stats, label = train_records(spec)
+    (records, stats, label), held = run_records(spec)
     encoder = run_encoder(tokenizer, spec)
     examples, tok_stats = examples_for(records, tokenizer, spec, phases, pairs, encode=encoder)
     skipped = tok_stats["unsupervised_records_skipped"]
@@ -51,12 +51,11 @@ def prepare_data(spec, tokenizer, pairs: bool) -> Prepared:
                         f"train.seq_len={spec.train.seq_len}: raise train.seq_len (or leave it "
                         f"auto).", key="train.seq_len")
     records = example_records(records, examples)
-    held = eval_records(spec)
     return Prepared(
         label, records, examples,
         {**stats, **tok_stats, "spoke": spec.spoke.name, "data": label,
          "lock": list(getattr(spec, "data_lock", None) or [])},
-        eval_sets(spec, tokenizer, held, encoder),
+        held_sets(spec, tokenizer, held, encoder),
         held_out_chats(held.get("eval") or (None, []), spec.train.eval_max_records),
         epoch_counts(records, list(spec.curriculum.caps), phases), encoder)
 
@@ -64,10 +63,15 @@ def prepare_data(spec, tokenizer, pairs: bool) -> Prepared:
 def eval_sets(spec, tokenizer, held: dict | None = None, encoder=None) -> dict:
     """{role: (name, [Example] or [(chosen, rejected, index)])} for the data's held-out split
     ("eval") and, unless turned off, one other spoke's ("collateral"). held: eval_records(spec)
-    (read here when not given)."""
+    (read here when not given: compare scores a finished run's sets)."""
+    return held_sets(spec, tokenizer, held if held is not None else eval_records(spec), encoder)
+
+
+def held_sets(spec, tokenizer, held: dict, encoder=None) -> dict:
+    """eval_sets of the held-out records a run already read (prepare_data's)."""
     out = {}
     phases = list(spec.curriculum.phases)
-    for role, (name, recs) in (held if held is not None else eval_records(spec)).items():
+    for role, (name, recs) in held.items():
         recs = [dict(r, phase=r["phase"] if r.get("phase") in phases else phases[0])
                 for r in recs][:spec.train.eval_max_records]
         which = kind(recs[0]) if recs else None   # one set holds one kind

@@ -45,10 +45,10 @@ def _plain(v):
 
 
 @lru_cache(maxsize=8)
-def _dataset(data_json: str, objective: str, phases: tuple, stamp: tuple):
-    from mens.data.sources import load_data
+def _dataset(data_json: str, phases: tuple, stamp: tuple):
+    from mens.data.sources import read_split
 
-    return load_data(json.loads(data_json), objective, phases)
+    return read_split(json.loads(data_json), phases)
 
 
 def _stamp(data: dict) -> tuple:
@@ -66,24 +66,35 @@ def _stamp(data: dict) -> tuple:
     return tuple(out)
 
 
-def dataset(data, objective: str, phases) -> object:
-    """mens.data.sources.Dataset of a `data` section (cached per process while its files are
-    unchanged: plan and train read them once)."""
+def dataset(data, c, phases) -> object:
+    """mens.data.sources.Dataset of a `data` section for the objective whose card is `c`
+    (mens.config.objectives.card): read and split once per process while its files are
+    unchanged (plan and train read them once), then fitted to the objective."""
+    from mens.data.sources import for_objective
+
     plain = _plain(data)
-    return _dataset(json.dumps(plain, sort_keys=True), objective, tuple(phases), _stamp(plain))
+    return for_objective(_dataset(json.dumps(plain, sort_keys=True), tuple(phases),
+                                  _stamp(plain)), c)
 
 
-def spoke_records(records: list[dict], lane) -> tuple[list[dict], int]:
-    """(records the lane's objective trains on, how many were left out) of a spoke's corpus:
-    its card's record kind, converted from one it accepts (KTO unpairs pairs)."""
-    from mens.config.objectives import card
+def spoke_records(records: list[dict], c) -> tuple[list[dict], int]:
+    """(records the objective whose card is `c` trains on, how many were left out) of a spoke's
+    corpus: its card's record kind, converted from one it accepts (KTO unpairs pairs)."""
     from mens.data.formats import unpair
 
-    c = card(lane)
     pairs = "pairs" in c.record_kinds() and "chat" not in c.record_kinds()
     kept = [r for r in records if (kind(r) == "pair") == pairs]   # pairs, or SFT: the rest
     left = len(records) - len(kept)
     return (unpair(kept) if c.record == "labeled" else kept), left
+
+
+def run_records(spec) -> tuple[tuple[list[dict], dict, str], dict]:
+    """(train_records, eval_records) of a run: the data stage asks the objective's card here,
+    once, and both sides are fitted to it."""
+    from mens.config.objectives import card
+
+    c = card(spec.lane)
+    return _train(spec, c), _held(spec, c)
 
 
 def train_records(spec) -> tuple[list[dict], dict, str]:
@@ -91,13 +102,17 @@ def train_records(spec) -> tuple[list[dict], dict, str]:
     which kind: pairs for dpo, SFT chats for sft …)."""
     from mens.config.objectives import card
 
+    return _train(spec, card(spec.lane))
+
+
+def _train(spec, c) -> tuple[list[dict], dict, str]:
     if user_data(spec):
-        ds = dataset(spec.data, spec.lane.objective, spec.curriculum.phases)
+        ds = dataset(spec.data, c, spec.curriculum.phases)
         stats = {k: v for k, v in ds.stats.items()}
         return list(ds.train), stats, data_label(spec.data)
     records, stats = load_spoke(spec.spoke, split="train", seed=spec.train.seed)
-    kept, left = spoke_records(records, spec.lane)
-    pairs = "chat" not in card(spec.lane).record_kinds()
+    kept, left = spoke_records(records, c)
+    pairs = "chat" not in c.record_kinds()
     stats[f"excluded_{'sft' if pairs else 'pair'}_records"] = left
     return kept, stats, spec.spoke.name
 
@@ -112,10 +127,16 @@ def collateral_spoke(name: str) -> str:
 def eval_records(spec) -> dict:
     """{role: (label, records)}: "eval" (the data's own held-out split; pairs for dpo on user
     data) and "collateral" (another spoke's held-out chats), unless data.collateral=none."""
+    from mens.config.objectives import card
+
+    return _held(spec, card(spec.lane))
+
+
+def _held(spec, c) -> dict:
     from mens.config.options import load_option
 
     if user_data(spec):
-        ds = dataset(spec.data, spec.lane.objective, spec.curriculum.phases)
+        ds = dataset(spec.data, c, spec.curriculum.phases)
         out = {"eval": (data_label(spec.data), list(ds.eval))}
         if _get(spec.data, "collateral", "spoke") == "none":
             return out

@@ -260,19 +260,37 @@ def _empty(what: str, stats: dict, hint: str, key: str) -> DataError:
 
 
 def load_data(data, objective: str, phases=("warmup",)) -> Dataset:
-    """The whole pipeline; raises DataError for anything the data or its filters get wrong.
-    objective: lane.objective; its card says which record kinds it trains on (and converts)."""
-    from mens.config.objectives import RECORD_OF, WANT, card, for_data
+    """The whole pipeline for one objective (lane.objective, by name): read_split, then
+    for_objective; raises DataError for anything the data or its filters get wrong."""
+    from mens.config.objectives import card
 
+    return for_objective(read_split(data, phases), card(objective))
+
+
+def for_objective(ds: Dataset, c) -> Dataset:
+    """The one point where the data meets its objective (c: its card, mens.config.card): the
+    record kinds it trains on, checked, and converted where the card accepts another (KTO
+    unpairs preference pairs into labeled records). A new Dataset: `ds` may be a cached one."""
+    from mens.config.objectives import FOR_DATA, RECORD_OF, WANT
+
+    have = RECORD_OF.get(ds.kind, "chat")
+    if have not in c.record_kinds():
+        want = " or ".join(WANT[k] for k in c.record_kinds())
+        first = (ds.train or ds.eval or [{"where": "the data"}])[0]["where"]
+        raise DataError(f"lane.objective={c.name} trains on {want}, but {first} is "
+                        f"{ds.format}. Use lane.objective={FOR_DATA[have]} for this data, or "
+                        f"give {want}.", key="data.path")
+    if have != "pairs" or c.record != "labeled":
+        return ds
+    train, held = unpair(ds.train), unpair(ds.eval)
+    stats = {**ds.stats, "unpaired": True, "train_records": len(train), "eval_records": len(held)}
+    return Dataset(train, held, ds.kind, ds.format, stats, ds.lock)
+
+
+def read_split(data, phases=("warmup",)) -> Dataset:
+    """read → normalise → clean → split, for any objective (for_objective comes after)."""
     records, fmt, stats, lock = load_records(data, phases)
     kind = DATA_KIND.get(fmt, "sft")
-    c = card(objective)
-    if RECORD_OF.get(kind, "chat") not in c.record_kinds():
-        want = " or ".join(WANT[k] for k in c.record_kinds())
-        raise DataError(f"lane.objective={objective} trains on {want}, but "
-                        f"{records[0]['where'] if records else 'the data'} is {fmt}. Use "
-                        f"lane.objective={for_data(kind)} for this data, or give {want}.",
-                        key="data.path")
     if _get(data, "tools"):   # the shared schemas are part of the data: named by content
         p = expand(_get(data, "tools"), "data.tools")[0]
         lock.append({**_file_lock(p), "role": "tools"})
@@ -324,8 +342,5 @@ def load_data(data, objective: str, phases=("warmup",)) -> Dataset:
                 "raise `data.eval_fraction` or give `data.eval_path`")
         raise DataError(f"no held-out records are left ({clean.describe(stats)}; eval from "
                         f"{how}): {hint}.", key="data.eval_fraction")
-    if RECORD_OF.get(kind, "chat") == "pairs" and c.record == "labeled":   # KTO from pairs
-        train, held = unpair(train), unpair(held)
-        stats["unpaired"] = True
     stats.update(format=fmt, kind=kind, train_records=len(train), eval_records=len(held))
     return Dataset(train, held, kind, fmt, stats, lock)

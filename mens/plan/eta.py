@@ -55,9 +55,10 @@ def user_tokens(cfg, spec) -> dict:
     seq_len (packed rows carry no padding), × the curriculum's epochs. Measured with the run's
     tokenizer where it is here (mens.data.lengths, cached), else estimated from characters."""
     from mens.data import lengths as L
+    from mens.config.objectives import card
     from mens.data.select import data_label, dataset
 
-    ds = dataset(spec.data, spec.lane.objective, spec.curriculum.phases)
+    ds = dataset(spec.data, card(spec.lane), spec.curriculum.phases)
     enc = L.encoder(cfg)
     lens = L.lengths(ds, enc)["train"] if enc is not None else L.estimate(ds)
     seq = spec.train.seq_len

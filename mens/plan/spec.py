@@ -156,7 +156,7 @@ def compile_run(cfg: DictConfig, purpose: str = "plan") -> tuple[RunSpec, Plan]:
     dataset = None
     if cfg.data.source != "spoke":   # the user's data: read, checked and split before planning
         from mens.data.select import dataset as load_dataset
-        dataset = load_dataset(cfg.data, lane.objective, list(cfg.curriculum.phases))
+        dataset = load_dataset(cfg.data, card(lane), list(cfg.curriculum.phases))
         cfg.data.format = dataset.format   # resolved: a rerun reads the files as this run did
         if dataset.stats.get("eval_minimum_applied"):
             notes.append(f"data: {dataset.stats['eval_from']} (it trains on "
