@@ -69,6 +69,13 @@ class HwConfig:
     lightning: LightningDefaults = field(default_factory=LightningDefaults)
     headroom: HeadroomPolicy = field(default_factory=HeadroomPolicy)
     link: LinkConfig = field(default_factory=LinkConfig)   # device-to-device links (comm time)
+    # How a tier is recognised (a new tier is its one option file): mens.plan.hardware.cuda_tier
+    # reads device_*, mens.cloud.catalog reads catalog_*; no device or name may match two tiers.
+    device_names: List[str] = field(default_factory=list)   # regexes on torch's device name
+    device_min_gb: float = 0.0               # ...matched when its memory (GiB) is at least this
+    device_below_gb: Optional[float] = None  # ...and below this (null: no bound)
+    catalog_names: List[str] = field(default_factory=list)   # SkyPilot accelerator names of it
+    catalog_boards: Dict[str, str] = field(default_factory=dict)   # shared name → sxm|pcie|nvl
     # Several devices (mens.plan.planner plans per device; mens.train.strategy runs it):
     devices: Any = AUTO    # per node: auto = every visible accelerator of the backend (CPU: 1 process)
     nodes: int = 1         # SLURM / torchrun nodes; world size = devices × nodes

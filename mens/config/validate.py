@@ -246,6 +246,9 @@ RANGES: dict[str, Range] = {
                                 note="the share of the link figures a collective achieves "
                                      "(1.0 when they are measured bus bandwidths)"),
     "hw.nodes": _count("nodes of the run (world size = hw.devices × hw.nodes)", "1"),
+    "hw.device_min_gb": _nonneg("GiB a device named like this tier has at least", "60"),
+    "hw.device_below_gb": _pos("GiB a device named like this tier has less than; null: no "
+                               "bound", "60"),
     "launch.max_restarts": _nonneg("restarts torchrun (or Ray) makes of a failed group (each "
                                    "resumes from the last checkpoint)", "1"),
     "cloud.mfu": Range(lo=0, hi=1, lo_open=True, example="0.35",
