@@ -6,6 +6,8 @@ from __future__ import annotations
 import importlib.metadata as md
 import re
 from dataclasses import asdict, is_dataclass
+from functools import lru_cache
+from pathlib import Path
 
 from omegaconf import DictConfig
 
@@ -31,7 +33,13 @@ def tier_budget(hw, available_gb: float | None) -> tuple[float, float, float]:
 def tiers() -> dict:
     """Every hw tier by name, shipped and the user's own (./conf/hw/*.yaml), as frozen HwSpec:
     a tier says itself how it is recognised (device_*, catalog_*), so a new one is one file."""
-    return {name: load_option("hw", name) for name in option_names("hw", user=True)}
+    # kept per working directory (where ./conf is) and listing: an estimate asks per offer
+    return _tiers(tuple(option_names("hw", user=True)), Path.cwd())
+
+
+@lru_cache(maxsize=8)
+def _tiers(names: tuple[str, ...], cwd: Path) -> dict:
+    return {name: load_option("hw", name) for name in names}
 
 
 def cuda_names() -> list[tuple[str, float, float | None, str]]:
