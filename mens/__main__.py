@@ -1,4 +1,4 @@
-"""`python -m mens [overrides]` = `mens train`: compile, plan, then train (mens.cli.train)."""
+"""A `python -m` entry: the command that declares this module (mens.cli.COMMANDS) runs."""
 from mens.cli import as_main
 
-as_main(__name__, "train")
+as_main(__spec__, __name__)

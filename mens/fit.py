@@ -1,4 +1,4 @@
-"""`python -m mens.fit` = `mens fit` (mens.cli.fit; the fit itself is mens.calibrate.fit)."""
+"""A `python -m` entry: the command that declares this module (mens.cli.COMMANDS) runs."""
 from mens.cli import as_main
 
-as_main(__name__, "fit")
+as_main(__spec__, __name__)

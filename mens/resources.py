@@ -37,10 +37,14 @@ USER_CONF = Path("conf")          # relative: the working directory's own conf/
 SOURCE_CHECKOUT = (CONF_DIR.parent / "pyproject.toml").is_file()
 
 
-def option_names(group: str) -> list[str]:
-    """The shipped options of a config group (recipes included), sorted."""
+def option_names(group: str, user: bool = False) -> list[str]:
+    """The shipped options of a config group (recipes included), sorted; with `user`, the
+    user's own ./conf/<group>/ options too (every hw tier, for the tables built from them)."""
     folder = RECIPES_DIR if group == "recipe" else CONF_DIR / group
-    return sorted(p.stem for p in folder.glob("*.yaml"))
+    names = {p.stem for p in folder.glob("*.yaml")}
+    if user:
+        names |= {p.stem for p in (USER_CONF / group).glob("*.yaml")}
+    return sorted(names)
 
 
 def option_path(group: str, name: str) -> Path:

@@ -1,4 +1,4 @@
-"""`python -m mens.afk [status|pause|abort] [overrides]` = `mens afk …` (mens.cli.afk)."""
+"""A `python -m` entry: the command that declares this module (mens.cli.COMMANDS) runs."""
 from mens.cli import as_main
 
-as_main(__name__, "afk")
+as_main(__spec__, __name__)

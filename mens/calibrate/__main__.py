@@ -1,4 +1,4 @@
-"""`python -m mens.calibrate` = `mens calibrate` (mens.cli.calibrate)."""
+"""A `python -m` entry: the command that declares this module (mens.cli.COMMANDS) runs."""
 from mens.cli import as_main
 
-as_main(__name__, "calibrate")
+as_main(__spec__, __name__)

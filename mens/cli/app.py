@@ -45,6 +45,16 @@ def usage_error(text: str) -> int:
     return err.code
 
 
+def group_help(argv: list[str], doc: str | None) -> bool:
+    """`mens <group> --help` (cloud, launch, data: commands that take a subcommand first) prints
+    the group's help — its module's docstring — and exits 0; True when it did."""
+    if argv[:1] not in (["-h"], ["--help"]):
+        return False
+    import inspect
+    print(inspect.cleandoc(doc or "(no help: Python runs with -OO)"))
+    return True
+
+
 def job(task: Callable) -> Callable:
     """Wrap task(cfg, out_dir) -> exit code for Hydra: raise in a single run, record in a sweep."""
     def hydra_task(cfg):

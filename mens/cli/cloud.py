@@ -8,7 +8,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
-from mens.cli.app import main as run, usage_error
+from mens.cli.app import group_help, main as run, usage_error
 from mens.errors import EXIT_OK
 
 SUBCOMMANDS = ("estimate", "launch", "catalog refresh")
@@ -41,6 +41,8 @@ def refresh(cfg: DictConfig, out_dir: Path) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
+    if group_help(argv, __doc__):
+        return EXIT_OK
     if argv[:1] == ["estimate"]:
         return run(estimate, argv=argv[1:], name="cloud_estimate")
     if argv[:1] == ["launch"]:

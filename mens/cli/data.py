@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import sys
 
-from mens.cli.app import command, usage_error
+from mens.cli.app import command, group_help, usage_error
 from mens.errors import EXIT_OK
 
 SUBCOMMANDS = ("inspect", "tree", "synth", "curate", "push")
@@ -23,6 +23,8 @@ CURATE_ACTIONS = ("list", "rate", "tag", "untag", "edit", "clean")
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
+    if group_help(argv, __doc__):
+        return EXIT_OK
     if not argv or argv[0] not in SUBCOMMANDS:
         return usage_error(f"`mens data` takes a subcommand: {', '.join(SUBCOMMANDS)} (e.g. "
                            f"`mens data inspect data=file data.path=train.jsonl`, `mens data tree "

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
-from mens.cli.app import command, main as run, usage_error
+from mens.cli.app import command, group_help, main as run, usage_error
 from mens.errors import EXIT_OK
 
 EMITTERS = {"torchrun": "mens.launch.torchrun", "slurm": "mens.launch.slurm",
@@ -49,6 +49,8 @@ def execute(engine: str, argv: list[str]):
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
+    if group_help(argv, __doc__):
+        return EXIT_OK
     if argv[:1] and argv[0] in {**EMITTERS, **EXECUTORS}:
         from mens.launch.common import refuse_flags
 

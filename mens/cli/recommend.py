@@ -12,7 +12,7 @@ from mens.errors import EXIT_OK
 
 
 def task(cfg: DictConfig, out_dir: Path) -> int:
-    from mens.cloud.recommend import recommend_run
+    from mens.recommend.memo import recommend_run
 
     recommend_run(cfg, out_dir)
     return EXIT_OK

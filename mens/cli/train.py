@@ -20,7 +20,7 @@ from mens.errors import EXIT_OK, ConfigError
 
 def task(cfg: DictConfig, out_dir: Path) -> int:
     from mens.plan.spec import load_rerun
-    from mens.train.launched import attempt, expect, launched
+    from mens.train.launched import attempt, expect, launched, rank_output
 
     resume, source = cfg.resume, cfg.rerun or cfg.resume
     if source:
@@ -35,17 +35,8 @@ def task(cfg: DictConfig, out_dir: Path) -> int:
         cfg = load_rerun(source)
     if world is not None:
         expect(cfg, world)   # hw.nodes / hw.devices against the launcher's world: exit 2
-        if world.rank > 0:   # rank 0 prints the plan and the outcome (stderr stays visible)
-            return _quiet(lambda: _train(cfg, out_dir, resume, source))
-    return _train(cfg, out_dir, resume, source)
-
-
-def _quiet(fn):
-    import contextlib
-    import os
-
-    with open(os.devnull, "w") as null, contextlib.redirect_stdout(null):
-        return fn()
+    with rank_output(world):
+        return _train(cfg, out_dir, resume, source)
 
 
 def _train(cfg, out_dir: Path, resume, source) -> int:

@@ -22,41 +22,60 @@ NETWORK = ASSETS / "cloud" / "network.csv"   # each provider's network between n
 COLUMNS = ("provider", "gpu", "count", "gpu_memory_gb", "vcpus", "ram_gb", "price_hour",
            "spot_price_hour", "region", "date", "source")
 PROVIDERS = ("runpod", "vast", "gcp", "lambda", "aws")   # SkyPilot's cloud names (`infra:`)
-# SkyPilot accelerator names → mens hw tiers (conf/hw). The names are the ones SkyPilot's catalog
-# lists (skypilot-catalog catalogs/v8/common/accelerators.csv); only those whose card a tier
-# describes. "A10" (Azure, Lambda, OCI) is not the A10G; "GH200" and "A40" have no tier.
-TIER_OF = {
-    "H100": "h100", "H100-SXM": "h100", "H100-NVL": "h100_nvl", "H200": "h200", "H200-SXM": "h200",
-    "A100-80GB": "a100_80g", "A100-80GB-SXM": "a100_80g", "A100": "a100_40g", "B200": "b200",
-    "A10G": "a10g", "L4": "l4", "L40": "l40", "L40S": "l40s", "A6000": "a6000", "RTXA6000": "a6000",
-    "RTX6000-Ada": "rtx6000ada", "RTX6000Ada": "rtx6000ada",
-    "RTX3090": "rtx3090", "RTX4080S": "rtx4080s", "RTX4090": "rtx4090", "RTX5090": "rtx5090",
-}
-# SkyPilot has no name of its own for the PCIe boards: plain "H100" and "A100-80GB" cover PCIe
-# and SXM alike, and the H100 PCIe runs at ~0.76x the SXM's TFLOPS (756 vs 989), so which board
-# an offer is decides its hours. Per provider, by what the offer lists: its form where the
-# instance type or GPU description says it (Vast "1x-H100_SXM-…", Lambda "gpu_1x_h100_sxm5" /
-# "…_pcie", a refreshed RunPod row's "A100 PCIe"), else the provider's naming: RunPod's plain
-# names ARE its PCIe boards (SkyPilot's fetch_runpod.py renames RunPod's A100-PCIe to
-# A100-80GB and H100-PCIe to H100, beside A100-80GB-SXM / H100-SXM); GCP's a2-ultragpu / a3 and
-# AWS's p4de / p5 are SXM. A plain name whose form neither says is planned on the slower PCIe
-# tier (hours too long rather than too short) and `Offer.board` says so. The listed memory
-# decides the rest: an H100 with 94 GB is the NVL, an "A100" with 80 GB the 80 GB card.
+
+
+def tier_of() -> dict[str, str]:
+    """SkyPilot accelerator name → mens hw tier, from each tier's catalog_names (conf/hw): the
+    names SkyPilot's catalog lists (skypilot-catalog catalogs/v8/common/accelerators.csv) for the
+    card a tier describes. "A10" (Azure, Lambda, OCI) is not the A10G; "GH200" and "A40" have
+    no tier. A name two tiers claim is a ConfigError (exit 2)."""
+    return _claimed("catalog_names", lambda hw: hw.catalog_names)
+
+
+def board_tiers() -> dict[tuple[str, str], str]:
+    """(plain SkyPilot name, board form) → tier, from each tier's catalog_boards (below)."""
+    return _claimed("catalog_boards", lambda hw: hw.catalog_boards.items())
+
+
+def _claimed(field: str, keys) -> dict:
+    from mens.plan.hardware import tiers
+
+    out: dict = {}
+    for tier, hw in tiers().items():
+        for key in keys(hw):
+            if key in out:
+                raise ConfigError(f"{key!r} is in the {field} of both hw/{out[key]} and hw/{tier}: "
+                                  f"an offer must plan on one tier; drop it from one of them.",
+                                  key="hw")
+            out[key] = tier
+    return out
+
+
+# SkyPilot has no name of its own for the PCIe boards: plain "H100" and "A100-80GB" cover PCIe and
+# SXM alike (each board's tier claims the name in its catalog_boards), and the H100 PCIe runs at
+# ~0.76x the SXM's TFLOPS (756 vs 989), so which board an offer is decides its hours. Per provider,
+# by what the offer lists: its form where the instance type or GPU description says it (Vast
+# "1x-H100_SXM-…", Lambda "gpu_1x_h100_sxm5" / "…_pcie", a refreshed RunPod row's "A100 PCIe"), else
+# the provider's naming: RunPod's plain names ARE its PCIe boards (SkyPilot's fetch_runpod.py
+# renames RunPod's A100-PCIe to A100-80GB and H100-PCIe to H100, beside A100-80GB-SXM / H100-SXM);
+# GCP's a2-ultragpu / a3 and AWS's p4de / p5 are SXM. A plain name whose form neither says is
+# planned on the slower PCIe tier (hours too long rather than too short) and `Offer.board` says so.
+# The listed memory decides the rest: an H100 with 94 GB is the NVL, an "A100" with 80 GB the 80 GB
+# card.
 PLAIN_FORM = {"runpod": "pcie", "gcp": "sxm", "aws": "sxm"}
-BOARD_TIERS = {("H100", "sxm"): "h100", ("H100", "pcie"): "h100_pcie", ("H100", "nvl"): "h100_nvl",
-               ("A100-80GB", "sxm"): "a100_80g", ("A100-80GB", "pcie"): "a100_pcie"}
 
 
 def board(provider: str, gpu: str, memory_gb: float | None, text: str = "") -> tuple[str | None, str]:
-    """(tier, why) of an offer: TIER_OF's, except a plain H100 / A100 mapped to its board by the
-    form it lists (`text`: its instance type and GPU description) or its provider's naming."""
+    """(tier, why) of an offer: tier_of()'s, except a plain H100 / A100 mapped to its board by
+    the form it lists (`text`: its instance type and GPU description) or its provider's naming."""
+    boards = board_tiers()
     name = gpu
     if gpu == "A100" and (memory_gb or 0) >= 60:
         name = "A100-80GB"
     if gpu == "H100" and (memory_gb or 0) >= 90:
-        return "h100_nvl", f"{memory_gb:g} GB listed: the H100 NVL"
-    if name not in ("H100", "A100-80GB"):
-        return TIER_OF.get(gpu), "by name"
+        return boards[("H100", "nvl")], f"{memory_gb:g} GB listed: the H100 NVL"
+    if not any(shared == name for shared, _ in boards):
+        return tier_of().get(gpu), "by name"
     t = text.upper().replace(" ", "_")
     said = next((f for f, w in (("nvl", "NVL"), ("pcie", "PCIE"), ("sxm", "SXM"))
                  if re.search(rf"(?<![A-Z]){w}", t)), None)
@@ -69,9 +88,9 @@ def board(provider: str, gpu: str, memory_gb: float | None, text: str = "") -> t
     else:
         form, why = "pcie", (f"{provider} does not say which {gpu} board: planned on the slower "
                              f"PCIe figures")
-    if name == "A100-80GB" and form == "nvl":
+    if (name, form) not in boards:   # an A100-80GB "NVL": no such board; the slower PCIe's
         form = "pcie"
-    return BOARD_TIERS[(name, form)], why
+    return boards[(name, form)], why
 
 
 @dataclass(frozen=True)
@@ -211,9 +230,9 @@ def _f(v: str) -> float | None:
         return None
 
 
-def _gpu_memory(name: str) -> float | None:
+def _gpu_memory(name: str, names: dict[str, str]) -> float | None:
     from mens.config.options import load_option
-    tier = TIER_OF.get(name)
+    tier = names.get(name)
     return load_option("hw", tier).memory_gb if tier else None
 
 
@@ -227,7 +246,7 @@ def refresh(sky_dir: Path | str, out: Path | str, today: str | None = None) -> d
     today = today or dt.date.today().isoformat()
     best: dict[tuple, list] = {}
     skipped: dict[str, int] = {}
-    read = []
+    read, names = [], tier_of()
     for cloud in PROVIDERS:
         f = sky_dir / cloud / "vms.csv"
         if not f.is_file():
@@ -236,11 +255,11 @@ def refresh(sky_dir: Path | str, out: Path | str, today: str | None = None) -> d
         with open(f, newline="") as fh:
             rows = list(csv.DictReader(fh))
         for n, row, gpu, count, vcpus, ram, price, spot in _offers_of(cloud, rows):
-            if gpu not in TIER_OF:
+            if gpu not in names:
                 skipped[gpu] = skipped.get(gpu, 0) + 1
                 continue
             key = (cloud, gpu, count)
-            rec = [cloud, gpu, count, _gpu_memory(gpu), vcpus, ram, round(price, 5),
+            rec = [cloud, gpu, count, _gpu_memory(gpu, names), vcpus, ram, round(price, 5),
                    round(spot, 5) if spot else "", row.get("Region", ""), today,   # 0: none
                    f"{f} line {n} ({row.get('InstanceType') or gpu}{_listed_board(row)})"]
             if key not in best or price < best[key][6]:

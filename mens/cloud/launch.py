@@ -28,7 +28,7 @@ from pathlib import Path
 import yaml
 from omegaconf import DictConfig
 
-from mens.cloud.catalog import TIER_OF, Offer, catalog_path, find, load, network, select
+from mens.cloud.catalog import Offer, catalog_path, find, load, network, select, tier_of
 from mens.config.objectives import label as lane_label
 from mens.errors import ConfigError, EXIT_OK, PlanRefused
 # SECRETS: passed by name (`sky launch --secret NAME`), the names every mens launcher passes
@@ -58,7 +58,7 @@ def choose(cfg: DictConfig) -> tuple[Offer, dict | None]:
         if o.tier is None:
             raise ConfigError(
                 f"cloud.offer={o.id}: GPU {o.gpu} maps to no mens hw tier, so the run cannot be "
-                f"planned on it. GPUs with a tier: {', '.join(sorted(TIER_OF))}.",
+                f"planned on it. GPUs with a tier: {', '.join(sorted(tier_of()))}.",
                 key="cloud.offer")
         return o, None
     from mens.cloud.estimate import estimate

@@ -4,7 +4,7 @@ spreads a run over (devices × nodes, strategy)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Dict, List, Optional
 
 from omegaconf import MISSING
 
@@ -52,6 +52,13 @@ class HwConfig:
     lightning: LightningDefaults = field(default_factory=LightningDefaults)
     headroom: HeadroomPolicy = field(default_factory=HeadroomPolicy)
     link: LinkConfig = field(default_factory=LinkConfig)   # device-to-device links (comm time)
+    # How a tier is recognised (a new tier is its one option file): mens.plan.hardware.cuda_tier
+    # reads device_*, mens.cloud.catalog reads catalog_*; no device or name may match two tiers.
+    device_names: List[str] = field(default_factory=list)   # regexes on torch's device name
+    device_min_gb: float = 0.0               # ...matched when its memory (GiB) is at least this
+    device_below_gb: Optional[float] = None  # ...and below this (null: no bound)
+    catalog_names: List[str] = field(default_factory=list)   # SkyPilot accelerator names of it
+    catalog_boards: Dict[str, str] = field(default_factory=dict)   # shared name → sxm|pcie|nvl
     # Several devices (mens.plan.planner plans per device; mens.train.strategy runs it):
     devices: Any = AUTO    # per node: auto = every visible accelerator of the backend (CPU: 1 process)
     nodes: int = 1         # SLURM / torchrun nodes; world size = devices × nodes
@@ -72,6 +79,9 @@ RANGES = {
                                 note="the share of the link figures a collective achieves "
                                      "(1.0 when they are measured bus bandwidths)"),
     "hw.nodes": count("nodes of the run (world size = hw.devices × hw.nodes)", "1"),
+    "hw.device_min_gb": nonneg("GiB a device named like this tier has at least", "60"),
+    "hw.device_below_gb": pos("GiB a device named like this tier has less than; null: no "
+                              "bound", "60"),
     "hw.headroom.advisory_frac": Range(lo=0, hi=1, lo_open=True, example="0.75",
                                        note="the fraction of memory the runtime hands out"),
     "hw.headroom.reserve_gb": nonneg("GiB kept back for the driver and OS", "1.5"),

@@ -32,11 +32,16 @@ def freeze(obj):
     return obj
 
 
-@lru_cache(maxsize=None)
 def load_option(group: str, name: str):
     """One option file as its (read-only, frozen) schema dataclass."""
+    # cached by the file it resolves to: a user's ./conf option depends on the working directory
+    return _load(group, option_path(group, name).resolve())
+
+
+@lru_cache(maxsize=None)
+def _load(group: str, path):
     cls = getattr(schema, SCHEMAS[group])
-    with open(option_path(group, name)) as f:
+    with open(path) as f:
         return freeze(_build(cls, yaml.load(f, Loader=SafeLoader)))
 
 

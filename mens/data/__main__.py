@@ -1,4 +1,4 @@
-"""`python -m mens.data inspect …` = `mens data inspect …` (mens.cli.data)."""
+"""A `python -m` entry: the command that declares this module (mens.cli.COMMANDS) runs."""
 from mens.cli import as_main
 
-as_main(__name__, "data")
+as_main(__spec__, __name__)

@@ -1,4 +1,4 @@
-"""`python -m mens.gate run=DIR` = `mens gate run=DIR` (mens.cli.gate)."""
+"""A `python -m` entry: the command that declares this module (mens.cli.COMMANDS) runs."""
 from mens.cli import as_main
 
-as_main(__name__, "gate")
+as_main(__spec__, __name__)

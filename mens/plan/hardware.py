@@ -1,15 +1,19 @@
 """Hardware resolution: a tier's budget from its headroom policy, `hw=auto` filled from what
-detect() finds on this machine, CUDA names mapped to tiers, and QLoRA support by backend."""
+detect() finds on this machine, CUDA names mapped to tiers (each tier's device_names), and
+QLoRA support by backend."""
 from __future__ import annotations
 
 import importlib.metadata as md
 import re
 from dataclasses import asdict, is_dataclass
+from functools import lru_cache
+from pathlib import Path
 
 from omegaconf import DictConfig
 
 from mens.config.options import load_option
 from mens.errors import ConfigError
+from mens.resources import option_names
 
 # bitsandbytes nf4 support by installed version (first match from the top wins). 0.50 runs
 # 4-bit on CPU, CUDA and MPS; before it only CUDA is trusted here.
@@ -26,34 +30,36 @@ def tier_budget(hw, available_gb: float | None) -> tuple[float, float, float]:
     return usable, headroom, max(usable - headroom, 0.0)
 
 
-# torch.cuda.get_device_name() → tier: (pattern, GiB from, GiB below, tier). Whole words only
-# (\b), because the names nest: L4 ⊂ L40 ⊂ L40S, A10G ~ A100, "RTX A6000" vs "RTX 6000 Ada".
-# The rows are disjoint (no name matches two; cuda_tier refuses one that does), so their order
-# cannot decide a tier. An A100 40GB PCIe is a100_40g: memory, bf16 TFLOPS and bandwidth
-# (1,555 GB/s) all equal the 40GB SXM's; a100_pcie is the 80GB PCIe card (1,935 GB/s).
-# "H200 NVL" and "GH200" match nothing: no tier carries their figures (no time estimates).
-CUDA_NAMES = [
-    (r"\bRTX 3090\b", 0, None, "rtx3090"), (r"\bRTX 4080 SUPER\b", 0, None, "rtx4080s"),
-    (r"\bRTX 4090\b", 0, None, "rtx4090"), (r"\bRTX 5090\b", 0, None, "rtx5090"),
-    (r"\bRTX A6000\b", 0, None, "a6000"), (r"\bRTX 6000 Ada\b", 0, None, "rtx6000ada"),
-    (r"\bA10G\b", 0, None, "a10g"),
-    (r"\bL4\b", 0, None, "l4"), (r"\bL40\b", 0, None, "l40"), (r"\bL40S\b", 0, None, "l40s"),
-    (r"\bA100\b", 0, 60, "a100_40g"), (r"\bA100\b(?!.*\bPCIE\b)", 60, None, "a100_80g"),
-    (r"\bA100\b.*\bPCIE\b", 60, None, "a100_pcie"),
-    (r"\bH100\b(?!.*\b(PCIE|NVL)\b)", 0, None, "h100"),
-    (r"\bH100\b.*\bPCIE\b", 0, None, "h100_pcie"), (r"\bH100\b.*\bNVL\b", 0, None, "h100_nvl"),
-    (r"\bH200\b(?!.*\bNVL\b)", 0, None, "h200"), (r"\bB200\b", 0, None, "b200"),
-]
+def tiers() -> dict:
+    """Every hw tier by name, shipped and the user's own (./conf/hw/*.yaml), as frozen HwSpec:
+    a tier says itself how it is recognised (device_*, catalog_*), so a new one is one file."""
+    # kept per working directory (where ./conf is) and listing: an estimate asks per offer
+    return _tiers(tuple(option_names("hw", user=True)), Path.cwd())
+
+
+@lru_cache(maxsize=8)
+def _tiers(names: tuple[str, ...], cwd: Path) -> dict:
+    return {name: load_option("hw", name) for name in names}
+
+
+def cuda_names() -> list[tuple[str, float, float | None, str]]:
+    """torch.cuda.get_device_name() → tier: (pattern, GiB from, GiB below, tier), one row per
+    pattern of each tier's device_names. Whole words only (\\b), because the names nest: L4 ⊂
+    L40 ⊂ L40S, A10G ~ A100, "RTX A6000" vs "RTX 6000 Ada". The rows must be disjoint (no name
+    matches two; cuda_tier refuses one that does), so their order cannot decide a tier."""
+    return [(pattern, hw.device_min_gb, hw.device_below_gb, name)
+            for name, hw in tiers().items() for pattern in hw.device_names]
 
 
 def cuda_tier(device_name: str, total_gb: float) -> str | None:
-    tiers = [tier for pattern, lo, hi, tier in CUDA_NAMES
+    found = [tier for pattern, lo, hi, tier in cuda_names()
              if re.search(pattern, device_name, re.IGNORECASE)
              and total_gb >= lo and (hi is None or total_gb < hi)]
-    if len(tiers) > 1:   # a table bug: say so rather than let the row order choose
-        raise RuntimeError(f"CUDA device {device_name!r} matches tiers {tiers}: the rows of "
-                           f"CUDA_NAMES overlap")
-    return tiers[0] if tiers else None
+    if len(found) > 1:   # overlapping tiers: say so rather than let the row order choose
+        raise ConfigError(f"CUDA device {device_name!r} matches hw tiers {found}: their "
+                          f"device_names (conf/hw/<tier>.yaml) overlap; make them exclude each "
+                          f"other.", key="hw")
+    return found[0] if found else None
 
 
 def memory_needed(hw, budget_gb: float) -> float:

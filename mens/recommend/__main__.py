@@ -1,4 +1,4 @@
-"""`python -m mens.recommend [overrides]` = `mens recommend` (mens.cli.recommend)."""
+"""A `python -m` entry: the command that declares this module (mens.cli.COMMANDS) runs."""
 from mens.cli import as_main
 
-as_main(__name__, "recommend")
+as_main(__spec__, __name__)

@@ -33,6 +33,7 @@ refuses the combination before training rather than hang at the first restart.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 from dataclasses import dataclass
@@ -200,6 +201,18 @@ def hydra_args(argv: list[str], name: str, world: Launched | None = None) -> lis
             if not any(a.startswith(extra.split("=")[0] + "=") for a in argv):
                 argv.append(extra)
     return argv
+
+
+@contextlib.contextmanager
+def rank_output(world: Launched | None):
+    """Where a rank's stdout goes while it trains: rank 0 (or a process no launcher started)
+    prints the plan and the outcome; a rank > 0 prints nothing there, so the launch's output
+    reads as one run's (its stderr, where errors go, stays visible)."""
+    if world is None or world.rank == 0:
+        yield
+        return
+    with open(os.devnull, "w") as null, contextlib.redirect_stdout(null):
+        yield
 
 
 def attempt(run_dir: Path, world: Launched) -> bool:

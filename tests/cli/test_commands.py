@@ -1,16 +1,19 @@
 """One command pattern: every `mens <command>` (every entry of COMMANDS, every subcommand) and
-every `python -m mens.X` shim goes through mens.cli.app — the same entry, the same one-line
+every `python -m mens.X` module goes through mens.cli.app — the same entry, the same one-line
 error printer, the same exit codes. Cheap: each command gets a bad override and must exit 2 with
 one paragraph before it does any work (no training, no server, no run dir)."""
 from __future__ import annotations
 
 import ast
+import importlib
+import importlib.util
+import runpy
 import sys
 from pathlib import Path
 
 import pytest
 
-from mens.cli import COMMANDS, main
+from mens.cli import COMMANDS, command_table, main
 from mens.cli.app import command
 from mens.errors import ConfigError
 
@@ -91,21 +94,62 @@ def shims() -> dict[str, Path]:
     return {f.relative_to(ROOT).as_posix(): f for f in files}
 
 
+def module_of(rel: str) -> str:
+    """mens/plan/__main__.py -> mens.plan (what `python -m` is given); mens/fit.py -> mens.fit"""
+    return rel.removesuffix(".py").removesuffix("/__main__").replace("/", ".")
+
+
 @pytest.mark.parametrize("rel", list(shims()))
-def test_every_python_m_shim_is_as_main_of_a_command(rel):
-    """Each shim is its docstring, `from mens.cli import as_main`, `as_main(__name__, "X")`."""
+def test_every_python_m_shim_is_the_same_two_lines(rel):
+    """Each shim is a docstring, `from mens.cli import as_main`, `as_main(__spec__, __name__)`:
+    which command it runs is declared in COMMANDS alone; importing it runs nothing."""
     body = ast.parse(shims()[rel].read_text()).body
     assert isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
-    assert [ast.unparse(s) for s in body[1:-1]] == ["from mens.cli import as_main"], rel
-    call = body[-1].value
-    assert ast.unparse(call.func) == "as_main" and ast.unparse(call.args[0]) == "__name__", rel
-    assert call.args[1].value in COMMANDS, rel
-    assert len(body) == 3, rel
+    assert [ast.unparse(s) for s in body[1:]] == ["from mens.cli import as_main",
+                                                  "as_main(__spec__, __name__)"], rel
+    importlib.import_module(module_of(rel) + ("" if rel == "mens/fit.py" else ".__main__"))
 
 
-def test_the_shims_cover_every_command_but_demo():
-    named = {ast.parse(f.read_text()).body[-1].value.args[1].value for f in shims().values()}
-    assert named == set(COMMANDS) - {"demo"}   # demo: `make demo` (python -m mens.cli.demo)
+def test_each_command_is_one_declaration():
+    """The shims are exactly the declared `python -m` modules that are not a main themselves;
+    one that is (mens.cli.demo) runs its main under __main__; no package holds only a shim."""
+    own = {c.python_m for c in COMMANDS.values() if c.python_m == c.main}
+    assert {module_of(rel) for rel in shims()} == \
+        {c.python_m for c in COMMANDS.values()} - own
+    for module in own:
+        assert 'if __name__ == "__main__":' in importlib.util.find_spec(module).loader.get_source(
+            module)
+    for rel in shims():
+        if rel.endswith("/__main__.py") and rel != "mens/__main__.py":
+            beside = {p.name for p in (ROOT / rel).parent.glob("*.py")}
+            assert beside - {"__init__.py", "__main__.py"}, f"{rel}: a package of a shim alone"
+    assert [row[0] for row in command_table()] == list(COMMANDS)
+    assert all(len(row) == 3 and row[1] and row[2] for row in command_table())
+
+
+@pytest.mark.parametrize("module", ["mens.plan", "mens.fit", "mens.recommend"])
+def test_a_python_m_module_runs_its_command(module, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "argv", [module, BAD])
+    monkeypatch.delenv("HYDRA_FULL_ERROR", raising=False)
+    run = module if module == "mens.fit" else module + ".__main__"
+    monkeypatch.delitem(sys.modules, run, raising=False)   # as a fresh `python -m` finds it
+    with pytest.raises(SystemExit) as e:
+        runpy.run_module(run, run_name="__main__")
+    assert e.value.code == 2 and "lorax" in one_error(capsys.readouterr().err, 2)
+
+
+@pytest.mark.parametrize("group, words", [("launch", ["torchrun", "slurm", "kubeflow", "ray"]),
+                                          ("cloud", ["estimate", "catalog refresh"]),
+                                          ("data", ["inspect", "curate"])])
+@pytest.mark.parametrize("flag", ["--help", "-h"])
+def test_help_on_a_command_group_prints_its_help_and_exits_0(group, words, flag, tmp_path,
+                                                              monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert main([group, flag]) == 0
+    out, err = capsys.readouterr()
+    assert all(w in out for w in words) and not err, (out, err)
+    assert not list(tmp_path.iterdir())
 
 
 def test_one_printer():

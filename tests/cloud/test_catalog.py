@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from mens.cloud.catalog import COLUMNS, SHIPPED, TIER_OF, load, refresh
+from mens.cloud.catalog import COLUMNS, SHIPPED, load, refresh, tier_of
 from mens.errors import DataError
 
 HEADER = ",".join(COLUMNS)
@@ -148,7 +148,7 @@ def test_refresh_rebuilds_from_skypilot_catalog_csvs(tmp_path):
         offers["runpod:A100-80GB:1"].source
     assert (offers["gcp:A100-80GB:1"].tier, offers["gcp:H100:1"].tier) == ("a100_80g", "h100")
     assert offers["vast:H100:1"].tier == "h100"                      # 1x-H100_SXM-…
-    assert all(o.tier == TIER_OF[o.gpu] for o in offers.values()
+    assert all(o.tier == tier_of()[o.gpu] for o in offers.values()
                if o.gpu not in ("A100-80GB", "H100"))
     with open(out) as f:
         assert next(r for r in csv.reader(f) if not r[0].startswith("#")) == list(COLUMNS)

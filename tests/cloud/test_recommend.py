@@ -42,7 +42,7 @@ def test_the_memo_for_a_128_gb_mac_says_what_mens_plan_and_cloud_estimate_say(
 
 
 def test_gguf_choice_takes_the_best_type_that_fits():
-    from mens.cloud.recommend import gguf_choice
+    from mens.recommend.memo import gguf_choice
     from mens.config.options import load_option
 
     r = load_option("rung", "8b")
@@ -68,7 +68,7 @@ def test_mens_recommend_is_a_mens_command(tmp_path):
 def test_the_memo_times_each_objective_by_what_it_runs(compose):
     """The same rung and data: DPO's hours above SFT's, GRPO's (sampling token by token) far
     above both, and the memo says what of it is assumed."""
-    from mens.cloud.recommend import recommend, render_md
+    from mens.recommend.memo import recommend, render_md
 
     r = recommend(compose(["+hw=h100", "recommend.rungs=[0.6b]",
                            "recommend.lanes=[lora,dpo,grpo]", "spoke=skill_creation"]))

@@ -27,6 +27,8 @@ BAD = [
     (["+hw=h100", "hw.link.inter_gbs=-400"], "hw.link.inter_gbs"),
     (["+hw=h100", "hw.link.efficiency=1.5"], "hw.link.efficiency"),
     (["hw.nodes=0"], "hw.nodes"),
+    (["+hw=a100_80g", "hw.device_min_gb=-60"], "hw.device_min_gb"),
+    (["+hw=a100_40g", "hw.device_below_gb=0"], "hw.device_below_gb"),
     (["hw.devices=two"], "hw.devices"),
     (["hw.strategy=fsdp"], "hw.strategy"),
     (["cloud.mfu=0"], "cloud.mfu"),

@@ -7,9 +7,9 @@ import re
 import pytest
 import yaml
 
-from mens.cloud.catalog import TIER_OF
+from mens.cloud.catalog import tier_of
 from mens.config.options import load_option
-from mens.plan.hardware import CUDA_NAMES, cuda_tier
+from mens.plan.hardware import cuda_names, cuda_tier
 from mens.resources import CONF_DIR
 
 TIERS = sorted(p.stem for p in (CONF_DIR / "hw").glob("*.yaml"))
@@ -73,18 +73,18 @@ def test_each_device_name_maps_to_its_own_tier(name, gb, tier):
 def test_no_device_name_matches_two_rows_so_order_cannot_decide():
     # each name matches one row or none, so no reordering of the rows can change an answer
     for name, gb, tier in DEVICES:
-        rows = [t for p, lo, hi, t in CUDA_NAMES if re.search(p, name, re.IGNORECASE)
+        rows = [t for p, lo, hi, t in cuda_names() if re.search(p, name, re.IGNORECASE)
                 and gb >= lo and (hi is None or gb < hi)]
         assert rows == ([tier] if tier else []), name
-    assert {t for *_, t in CUDA_NAMES} == set(CUDA)   # every CUDA tier is detectable
+    assert {t for *_, t in cuda_names()} == set(CUDA)   # every CUDA tier is detectable
 
 
 def test_cloud_names_map_to_tiers_that_exist():
-    assert set(TIER_OF.values()) <= set(CUDA)
+    assert set(tier_of().values()) <= set(CUDA)
     for name, tier in [("A10G", "a10g"), ("L4", "l4"), ("L40", "l40"), ("L40S", "l40s"),
                        ("H100-NVL", "h100_nvl"), ("RTX5090", "rtx5090"),
                        ("RTX6000-Ada", "rtx6000ada"), ("B200", "b200")]:
-        assert TIER_OF[name] == tier
+        assert tier_of()[name] == tier
 
 
 @pytest.mark.parametrize("tier", NEW)

@@ -9,7 +9,7 @@ from omegaconf import OmegaConf
 
 from mens.errors import ConfigError
 from mens.train.launched import (Launched, attempt, check_restarts, default_run_dir, expect,
-                                 hydra_args, launched)
+                                 hydra_args, launched, rank_output)
 from test_train_cli import mens
 
 # what torchrun's agent gives the worker of rank 1 of `--nnodes=2 --nproc-per-node=1` (read
@@ -102,6 +102,18 @@ def test_ranks_above_zero_write_no_hydra_record_and_no_log():
     assert rank0 == ["hydra.run.dir=/shared/r"]   # the user's dir, and rank 0 records it
     assert hydra_args(["resume=/shared/r"], "train", launched({**TORCHRUN, "RANK": "0"})) == \
         ["resume=/shared/r"]
+
+
+def test_ranks_above_zero_print_nothing_on_stdout(capsys):
+    """rank_output: what a rank prints, decided beside what it writes (hydra_args)."""
+    import sys
+    for world, said in [(None, "alone\n"), (launched({**TORCHRUN, "RANK": "0"}), "rank 0\n"),
+                        (launched(TORCHRUN), "")]:
+        with rank_output(world):
+            print("alone" if world is None else f"rank {world.rank}")
+            print(f"err {world and world.rank}", file=sys.stderr)
+        out, err = capsys.readouterr()
+        assert out == said and err.startswith("err")
 
 
 def test_a_sweep_under_a_launcher_of_several_processes_is_refused():
