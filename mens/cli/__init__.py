@@ -76,12 +76,6 @@ def command_table() -> list[tuple[str, str, str]]:
     return [(name, c.summary, c.python_m) for name, c in COMMANDS.items()]
 
 
-def command_table() -> list[tuple[str, str, str]]:
-    """[(name, one-line summary, module)] of every command, in `mens --help`'s order: what the
-    docs' commands reference is generated from."""
-    return [(name, summary, module) for name, (module, summary) in COMMANDS.items()]
-
-
 def usage() -> str:
     width = max(map(len, COMMANDS))
     lines = ["usage: mens <command> [hydra overrides]   (-m: a sweep; <command> --help: its "

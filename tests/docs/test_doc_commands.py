@@ -189,7 +189,7 @@ def argv_of(cmd: str, run_dir: Path | None = None) -> list[str]:
 @pytest.mark.parametrize("cmd", FAST)
 def test_fast_command(cmd, tmp_path, monkeypatch, capsys):
     """Run in this process through the one entry point the command and its shim share."""
-    from mens.cli import COMMANDS, main
+    from mens.cli import command_table, main
 
     user_files(tmp_path)
     monkeypatch.chdir(tmp_path)
@@ -202,8 +202,7 @@ def test_fast_command(cmd, tmp_path, monkeypatch, capsys):
         return
     if argv[1] == "-m":
         module = argv[2]
-        (name,) = [n for n, (_, _) in COMMANDS.items()
-                   if module == ("mens" if n == "train" else f"mens.{n}")] or [None]
+        (name,) = [n for n, _, python_m in command_table() if module == python_m] or [None]
         assert name, f"{module} is no command's shim"
         args = argv[3:]
     else:

@@ -86,37 +86,19 @@ def _own_doc(cls) -> str:
 
 
 # --- commands --------------------------------------------------------------------------------
-def python_m_forms() -> dict[str, str]:
-    """command → the module `python -m` runs it as: the shim calling as_main(__name__, "NAME"),
-    else the command's own module when it runs as __main__."""
-    shim = re.compile(r"as_main\(__name__,\s*[\"'](\w+)[\"']\)")
-    out = {}
-    for path in sorted(MENS.rglob("*.py")):
-        for name in shim.findall(path.read_text()):
-            rel = path.relative_to(MENS.parent).with_suffix("")
-            parts = rel.parts[:-1] if rel.name == "__main__" else rel.parts
-            out.setdefault(name, ".".join(parts))
-    return out
-
-
 def commands_page() -> str:
-    from mens.cli import command_table
+    from mens.cli import COMMANDS, command_table
 
-    forms = python_m_forms()
     lines = ["# Commands", "", GENERATED.format(src="`mens.cli.command_table()`"), "",
              "Every command takes Hydra overrides (`key=value`, `+group=option`); "
              "`mens NAME --help` prints its config. Exit codes: [exit codes](exit-codes.md); "
              "config keys: [config](config.md).", ""]
     lines += _table(("command", "what it does"),
                     [(f"[`mens {n}`](#{n})", md(s)) for n, s, _ in command_table()])
-    for name, summary, module in command_table():
+    for name, summary, python_m in command_table():
         lines += [f"## {name}", "", sentence(summary), "",
-                  "```sh", f"mens {name} [overrides]"]
-        main_module = forms.get(name) or (module if "__main__" in _source(module).read_text()
-                                          else None)
-        if main_module:
-            lines.append(f"python -m {main_module} [overrides]")
-        lines += ["```", "", f"Implemented by `{module}`.", ""]
+                  "```sh", f"mens {name} [overrides]", f"python -m {python_m} [overrides]",
+                  "```", "", f"Implemented by `{COMMANDS[name].main}`.", ""]
     return "\n".join(lines)
 
 
