@@ -73,7 +73,7 @@ class LaunchConfig:
 
 @dataclass
 class RecommendConfig:
-    # mens recommend: recommendation.md for one machine (mens.cloud.recommend)
+    # mens recommend: recommendation.md for one machine (mens.recommend.memo)
     rungs: List[str] = field(default_factory=lambda: ["0.6b", "1.7b", "4b", "8b", "14b", "32b",
                                                       "gpt-oss-20b", "qwen3-30b-a3b"])
     lanes: List[str] = field(default_factory=lambda: ["lora", "qlora", "full"])
