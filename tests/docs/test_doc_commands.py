@@ -137,9 +137,13 @@ def test_no_command_hides_outside_a_shell_block():
 def test_make_run_runs_python_m_mens():
     if shutil.which("make") is None:
         pytest.skip("make is not installed")
-    out = subprocess.run(["make", "-n", "-o", "install", "-f", str(ROOT / "Makefile"), "PY=PY",
-                          "run"], capture_output=True, text=True, cwd=ROOT).stdout
-    assert out.strip() == "PY -m mens", out
+    # under `make test` this is a sub-make: without the parent's MAKEFLAGS/MAKELEVEL it prints
+    # no "Entering directory" lines
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MAKELEVEL", "MFLAGS")}
+    out = subprocess.run(["make", "-n", "--no-print-directory", "-o", "install", "-f",
+                          str(ROOT / "Makefile"), "PY=PY", "ARGS=", "run"], capture_output=True,
+                         text=True, cwd=ROOT, env=env).stdout
+    assert out.split() == ["PY", "-m", "mens"], out
 
 
 # ---- running them
