@@ -74,6 +74,14 @@ BY_TEST = {
     "mens cloud launch +rung=8b lane=full cloud.offer=vast:H200:2": (
         "tests/cloud/test_launch.py", 'cloud_cli("mens.cloud", "launch"',
         "sky.yaml from the checkout (from elsewhere a non-editable install is needed)"),
+    # the default eval set and gate on the CLI take ~8 min each on this box: the same calls with
+    # the tests' smaller sets run in the eval and gate suites
+    "mens eval run=RUN_DIR": (
+        "tests/eval/test_run.py", 'mens_cli("mens.eval", f"run={run}"',
+        "the command on the session's tiny run, with the eval tests' small set (eval.max_prompts, k)"),
+    "mens gate run=RUN_DIR": (
+        "tests/gate/conftest.py", "gate(run, *DEFAULT_GATE)",
+        "the default gate (gate_run, what the command calls) on a trained tiny run: test_gate_well"),
     "mens studio": ("tests/studio/conftest.py", '"-m", "mens.studio"', "the studio the browser tests drive"),
     "mens launch ray +hw=cpu hw.devices=2 launch.max_restarts=1": (
         "tests/launch/test_ray.py", '"ray"', "a local 2-worker Ray cluster (slow)"),
@@ -94,7 +102,7 @@ EXPECT = {
 # Run as a subprocess under `slow`: they train, evaluate, export or calibrate for real.
 SLOW = {
     "make run", "python -m mens", "python -m mens data=file data.path=train.jsonl",
-    "mens eval run=RUN_DIR", "mens compare run=RUN_DIR", "mens gate run=RUN_DIR",
+    "mens compare run=RUN_DIR",
     "python -m mens.export run=RUN_DIR",
     "python -m mens.export run=RUN_DIR 'export.gguf=[f16,q8_0]' export.verify=true",
     "mens push run=RUN_DIR push.repo=me/tiny-vox push.dry_run=true",
