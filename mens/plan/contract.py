@@ -9,14 +9,11 @@ from __future__ import annotations
 import hashlib
 import json
 from functools import lru_cache
-from typing import TYPE_CHECKING, Mapping
+from typing import Mapping
 
 import yaml
 
 from mens.resources import CONTRACT as CONTRACT_PATH
-
-if TYPE_CHECKING:
-    from mens.plan.memory import LaneModel
 
 # The version of mens.plan.memory's formulas. The contract names the version it was fitted
 # under (`version:`) and every cell's digest covers it: a change of what a formula computes
@@ -79,7 +76,9 @@ def usable_cell(contract: Mapping, key: str) -> Mapping | None:
     return cell
 
 
-def cell_key(backend: str, lane: LaneModel, checkpointing: bool) -> str:
+def cell_key(backend: str, lane, checkpointing: bool) -> str:
+    """A cell's name; lane: a mens.plan.memory.LaneModel (its label and precision; not imported
+    here: memory imports the contract)."""
     return f"{backend}/{lane.label}/{'ckpt' if checkpointing else 'nockpt'}/{lane.precision}"
 
 
