@@ -73,7 +73,13 @@ def task(cfg: DictConfig, out_dir: Path) -> int:
     out = _writable(Path(ex.out) if ex.out else
                     RunDir(run).export if run else Path(out_dir) / "export" / src["label"])
     t0 = time.time()
-    manifest = build(src, out, ex, types)
+    try:
+        manifest = build(src, out, ex, types)
+    except BaseException:
+        # a Ctrl-C can land between a temp's creation and the try that guards it (the signal
+        # is handled inside pathlib's mkdir/open): sweep this process's temps on the way out
+        _clear_temps(out, f".*.tmp{os.getpid()}")
+        raise
     print(f"mens: export done in {time.time() - t0:.1f} s · {out}")
     from mens.export.lineage import log_export
     # the training run's logger: wandb there → the GGUFs as an artifact beside its adapter
@@ -323,9 +329,16 @@ def _writable(out: Path) -> Path:
     except OSError as e:
         raise ConfigError(f"export destination {out} is not writable ({e.strerror or e}): choose "
                           f"another with `export.out=<dir>`.", key="export.out") from None
-    for stale in out.glob(".*.tmp*"):
-        shutil.rmtree(stale) if stale.is_dir() else stale.unlink()
+    _clear_temps(out, ".*.tmp*")
     return out
+
+
+def _clear_temps(out: Path, pattern: str) -> None:
+    for stale in out.glob(pattern):
+        if stale.is_dir():
+            shutil.rmtree(stale, ignore_errors=True)
+        else:
+            stale.unlink(missing_ok=True)
 
 
 def _only_export_overrides(keep=KEEP) -> None:

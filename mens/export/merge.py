@@ -290,8 +290,8 @@ def write_hf_dir(src, config_dir: Path, out: Path, notes: list[str]) -> Path:
     """The merged model as a HF dir, shard by shard, into a temp dir renamed into place."""
     tmp = out.with_name(f".{out.name}.tmp{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
     try:
+        tmp.mkdir(parents=True)     # inside the try: a Ctrl-C can land as mkdir returns
         groups = _shard_groups(src)
         total = _write_shards(src, groups, tmp, config_dir)
         shutil.rmtree(out, ignore_errors=True)
