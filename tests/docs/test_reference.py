@@ -115,6 +115,28 @@ def test_the_generator_imports_no_torch():
     subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True)
 
 
+def test_the_committed_reference_pages_are_what_the_code_generates(tmp_path):
+    """docs/reference/ is committed (the README links it, and GitHub shows no built site): a
+    schema key, command or event changed without `python -m tools.docs.reference` fails here."""
+    stale = [name for name, page in reference.PAGES.items()
+             if not (ROOT / "docs" / name).is_file()
+             or (ROOT / "docs" / name).read_text() != page()]
+    assert not stale, f"{stale} drifted from the code: run `python -m tools.docs.reference`"
+    written = reference.write_pages(tmp_path)          # the writer writes what the pages return
+    assert [p.read_text() for p in written] == [f() for f in reference.PAGES.values()]
+    assert sorted(p.name for p in (tmp_path / "reference").iterdir()) == sorted(
+        Path(n).name for n in reference.PAGES)           # and no temp left beside them
+
+
+def test_readme_links_resolve_in_the_checkout():
+    """Every relative link in README.md names a file in the checkout (as GitHub resolves it)."""
+    import re
+    links = re.findall(r"\]\(([^)#:]+)(?:#[^)]*)?\)", (ROOT / "README.md").read_text())
+    assert len(links) >= 10, links
+    missing = [link for link in links if not (ROOT / link).exists()]
+    assert not missing, missing
+
+
 def _build(config: Path, site: Path) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict",
                            "-f", str(config), "--site-dir", str(site)],

@@ -1,5 +1,6 @@
 """mkdocs-gen-files' script (mkdocs.yml): writes the reference pages into the build, generated
-from the code by tools.docs.reference — nothing generated is committed under docs/."""
+from the code by tools.docs.reference — over the committed copies under docs/reference/ (which
+a test holds equal to these), so a built site is never older than its code."""
 import sys
 from pathlib import Path
 

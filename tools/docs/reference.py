@@ -1,7 +1,9 @@
-"""The docs' reference pages, generated from the code at build time (mkdocs-gen-files runs
-tools/docs/gen_pages.py, which writes what these functions return): the commands from the
-command table, every config key of the run spec with its type, default and comment, the
-telemetry vocabulary, the metric names, the exit codes.
+"""The docs' reference pages, generated from the code: the commands from the command table,
+every config key of the run spec with its type, default and comment, the telemetry vocabulary,
+the metric names, the exit codes. `python -m tools.docs.reference` writes them to
+docs/reference/ (committed, so the README's links resolve on GitHub too; a test fails when they
+drift from the code), and the site's build writes them again (mkdocs-gen-files runs
+tools/docs/gen_pages.py), so a built site is never older than its code.
 
 Torch-free and fast: the schema, the telemetry vocabulary, mens.errors and the command table
 are imported (none of them imports torch); modules that do import it (the trainer's logged
@@ -22,8 +24,8 @@ import yaml
 from tools.docs.comments import field_comments, inherited_comments
 
 MENS = Path(__file__).resolve().parents[2] / "mens"
-GENERATED = ("This page is generated from the code at build time ({src}); edit the code, not "
-             "this page.")
+GENERATED = ("This page is generated from the code ({src}) by `python -m tools.docs.reference`; "
+             "edit the code, not this page.")
 
 
 # --- helpers ---------------------------------------------------------------------------------
@@ -306,3 +308,21 @@ def exit_codes_page() -> str:
 PAGES = {"reference/commands.md": commands_page, "reference/config.md": config_page,
          "reference/telemetry.md": telemetry_page, "reference/metrics.md": metrics_page,
          "reference/exit-codes.md": exit_codes_page}
+
+
+def write_pages(docs: Path = MENS.parent / "docs") -> list[Path]:
+    """Each page into docs/, atomically (temp + rename); returns the paths written."""
+    written = []
+    for name, page in PAGES.items():
+        path = docs / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.tmp")
+        tmp.write_text(page())
+        tmp.replace(path)
+        written.append(path)
+    return written
+
+
+if __name__ == "__main__":
+    for p in write_pages():
+        print(f"wrote {p.relative_to(MENS.parent)}")
