@@ -10,8 +10,11 @@ one row reads the same everywhere.
     value_text(stat, rate), gain_text(stat, rate), is_rate(row_dict)
 
 A rate in [0, 1] (a pass rate, an accuracy, a win rate) reads in percent with one decimal and
-its gain in points; anything else (a loss) reads with 4 decimals and its gain — the share of the
-base's loss removed — in %. The numbers stay in eval.json as they are; only the reading is here.
+its gain in points; a loss reads with 4 decimals and its gain — the share of the base's loss
+removed (mens computes it relative) — in %; any other number (lm-eval's perplexities, bits per
+byte, BLEU/chrF/TER: not fractions) reads with 4 decimals and its gain in its own units, as
+lm-eval's aggregate row carries it. The numbers stay in eval.json as they are; only the reading
+is here.
 It lives in mens.run, beside gate.json's reader (receipt.py), because every package that shows
 an eval.json reads it: eval, compare (which eval itself imports), the gate, push and the studio.
 """
@@ -21,6 +24,9 @@ from dataclasses import dataclass
 
 SIDES = ("base", "tuned", "delta", "gain")
 NONE = "—"
+# lm-eval's metrics whose values are not fractions in [0, 1]: never read as percent
+NOT_RATES = frozenset({"perplexity", "word_perplexity", "byte_perplexity", "bits_per_byte",
+                       "bleu", "chrf", "ter", "brier_score"})
 
 
 @dataclass(frozen=True)
@@ -67,17 +73,28 @@ class MetricRow:
     def rate(self) -> bool:
         return is_rate({"name": self.name, "metric": self.metric})
 
+    @property
+    def loss(self) -> bool:
+        return is_loss({"name": self.name, "metric": self.metric})
+
     def text(self, side: str) -> str:
         stat = getattr(self, side)
-        return gain_text(stat, self.rate) if side == "gain" else value_text(stat, self.rate)
+        if side == "gain":
+            return gain_text(stat, self.rate, relative=self.loss)
+        return value_text(stat, self.rate)
 
     def display(self) -> dict[str, str]:
         return {s: self.text(s) for s in SIDES}
 
 
+def is_loss(row: dict) -> bool:
+    return row.get("metric") == "loss" or (row.get("name") or "").endswith("/loss")
+
+
 def is_rate(row: dict) -> bool:
-    """A rate in [0, 1] shown in percent (pass rates, accuracies, a win rate); loss is not."""
-    return row.get("metric") != "loss" and not (row.get("name") or "").endswith("/loss")
+    """A rate in [0, 1] shown in percent (pass rates, accuracies, a win rate); a loss and
+    lm-eval's unbounded metrics (NOT_RATES) are not."""
+    return not is_loss(row) and row.get("metric") not in NOT_RATES
 
 
 def _num(x, rate: bool) -> str:
@@ -96,11 +113,16 @@ def value_text(stat: Stat | dict | None, rate: bool) -> str:
     return f"{_num(s.value, rate)}{inner}"
 
 
-def gain_text(stat: Stat | dict | None, rate: bool) -> str:
-    """The gain in points of a rate ("+4.0 [-1.0, +9.0] pts") or, for loss, in % of the
-    base's loss removed ("+12.5 [+3.1, +20.0] %")."""
+def gain_text(stat: Stat | dict | None, rate: bool, relative: bool | None = None) -> str:
+    """The gain in points of a rate ("+4.0 [-1.0, +9.0] pts"); for a loss (relative: its gain
+    is a share of the base's loss) in % removed ("+12.5 [+3.1, +20.0] %"); for any other number
+    in its own units ("+1.2500 [+0.2000, +2.3000]"). `relative` defaults to "not a rate"."""
     s = Stat.of(stat)
     if s is None or s.value is None:
         return NONE
+    relative = not rate if relative is None else relative
+    if not rate and not relative:
+        inner = f" [{s.ci[0]:+.4f}, {s.ci[1]:+.4f}]" if s.ci else ""
+        return f"{s.value:+.4f}{inner}"
     inner = f" [{100 * s.ci[0]:+.1f}, {100 * s.ci[1]:+.1f}]" if s.ci else ""
     return f"{100 * s.value:+.1f}{inner}{' pts' if rate else ' %'}"

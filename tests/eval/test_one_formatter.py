@@ -56,3 +56,32 @@ def test_one_row_reads_the_same_in_all_six(tiny_run, tmp_path, compose):
     assert studio["tuned"] == tuned and studio["gain"] == gain
     assert shown["gate"]["badge"] == f"pass@1 gain {gain}"
     assert shown["eval"]["rows"][0]["tuned"] == t            # the numbers stay for the chart
+
+
+def test_each_kind_of_number_reads_in_its_own_units():
+    """A rate in percent and its gain in points; a loss with 4 decimals and its (relative) gain
+    in %; an lm-eval perplexity — not a fraction, its gain an absolute difference as the
+    harness's aggregate row carries it — in its own units, never ×100 (it read "1234.0" once)."""
+    from mens.eval.report import render_md
+    from mens.run.evalrow import MetricRow
+
+    def row(name, metric, hib, base, tuned, gain, ci=None):
+        side = lambda v: {"value": v, "ci": ci and [v - ci, v + ci], "n": 40}   # noqa: E731
+        return {"name": name, "group": "benchmark", "task": name.split("/")[0], "metric": metric,
+                "n": 40, "higher_is_better": hib, "base": side(base), "tuned": side(tuned),
+                "gain": side(gain), "version": None}
+
+    acc = row("arc_easy/acc", "acc", True, 0.55, 0.59, 0.04, ci=0.05)
+    loss = row("calc/loss", "loss", False, 1.6, 1.4, 0.125, ci=0.05)
+    ppl = row("wikitext/word_perplexity", "word_perplexity", False, 12.34, 10.34, 2.0)
+    texts = {r["name"]: MetricRow.of(r).display() for r in (acc, loss, ppl)}
+    assert texts["arc_easy/acc"]["tuned"] == "59.0 [54.0, 64.0]"
+    assert texts["arc_easy/acc"]["gain"] == "+4.0 [-1.0, +9.0] pts"
+    assert texts["calc/loss"]["tuned"] == "1.4000 [1.3500, 1.4500]"
+    assert texts["calc/loss"]["gain"] == "+12.5 [+7.5, +17.5] %"
+    assert texts["wikitext/word_perplexity"] == {"base": "12.3400", "tuned": "10.3400",
+                                                 "delta": "—", "gain": "+2.0000"}
+    md = render_md({"run": "r", "rung": "tiny", "spoke": "calc", "lane": "lora",
+                    "models": ["base", "tuned"], "duration_s": 1, "rows": [acc, loss, ppl]})
+    assert "| wikitext/word_perplexity | 40 | 12.3400 | 10.3400 | +2.0000 |" in md
+    assert "| arc_easy/acc (%) | 40 |" in md
