@@ -312,15 +312,8 @@ PAGES = {"reference/commands.md": commands_page, "reference/config.md": config_p
 
 def write_pages(docs: Path = MENS.parent / "docs") -> list[Path]:
     """Each page into docs/, atomically (temp + rename); returns the paths written."""
-    written = []
-    for name, page in PAGES.items():
-        path = docs / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.tmp")
-        tmp.write_text(page())
-        tmp.replace(path)
-        written.append(path)
-    return written
+    from mens.run.rundir import atomic_write
+    return [atomic_write(docs / name, page()) for name, page in PAGES.items()]
 
 
 if __name__ == "__main__":
