@@ -7,11 +7,15 @@ none (`data.tool_format=hermes`).
     llama3   Llama 3.1 / 3.2 / 3.3: the whole answer is {"name": …, "parameters": {…}}
              (after an optional <|python_tag|>), one call per turn
     mistral  Mistral v0.3: [TOOL_CALLS] [{"name": …, "arguments": {…}, "id": …}, …]; the newer
-             [TOOL_CALLS]name[ARGS]{…} (tokenizer v11+) is read too
+             [TOOL_CALLS]name[ARGS]{…} (tokenizer v11+) and [TOOL_CALLS]name[CALL_ID]id[ARGS]{…}
+             (v13: the call's id between its name and its arguments) are read too
 The syntax is told from the template's own text (what it writes is what the model learned), as
 vLLM's and llama.cpp's parsers are chosen per template. A text that does not parse is content —
 never an error: `parse` says `malformed` so a server answers it as plain text with status 200.
-No torch.
+A call is a name AND an arguments object the text holds: `{"name": "Alice", "age": 31}` is an
+answer, not a call to "Alice" with `{}` (issue #49); arguments must be JSON — `NaN` and
+`Infinity`, which Python's json reads, are not, and make the call malformed (a client's
+JSON.parse would fail on them). No torch.
 """
 from __future__ import annotations
 
@@ -53,7 +57,8 @@ class Parsed(NamedTuple):
 def _call(obj, args_key: str = "arguments") -> dict | None:
     if not isinstance(obj, dict) or not isinstance(obj.get("name"), str) or not obj["name"]:
         return None
-    args = obj.get(args_key, obj.get("arguments", obj.get("parameters", {})))
+    # no arguments object at all: not a call (a JSON answer that happens to hold a "name")
+    args = next((obj[k] for k in (args_key, "arguments", "parameters") if k in obj), None)
     if isinstance(args, str):
         args = _json(args)
     if not isinstance(args, dict):
@@ -64,9 +69,13 @@ def _call(obj, args_key: str = "arguments") -> dict | None:
     return out
 
 
+def _not_json(word: str):
+    raise ValueError(f"{word} is not JSON")
+
+
 def _json(text: str):
-    try:
-        return json.loads(text)
+    try:   # parse_constant: NaN, Infinity, -Infinity (Python's extension) are refused
+        return json.loads(text, parse_constant=_not_json)
     except (ValueError, RecursionError):   # not JSON, or nested past the parser's depth
         return None
 
@@ -107,10 +116,12 @@ def _mistral(text: str) -> Parsed:
     if marker < 0 and not body.startswith('[{"name"'):   # the marker decoded away (a special token)
         return Parsed(text, [], None)
     if "[ARGS]" in body:     # v11+: name[ARGS]{…}, repeated after further [TOOL_CALLS] markers
-        calls = []
+        calls = []           # v13: name[CALL_ID]id[ARGS]{…}
         for part in body.split("[TOOL_CALLS]"):
-            name, _, args = part.partition("[ARGS]")
-            calls.append(_call({"name": name.strip(), "arguments": _json(args.strip())}))
+            head_, _, args = part.partition("[ARGS]")
+            name, marked, cid = head_.partition("[CALL_ID]")
+            obj = {"name": name.strip(), "arguments": _json(args.strip())}
+            calls.append(_call(obj | ({"id": cid.strip()} if marked else {})))
     else:
         obj = _json(body)
         calls = [_call(c) for c in obj] if isinstance(obj, list) and obj else [None]

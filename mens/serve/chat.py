@@ -126,7 +126,8 @@ def build(slots, slot, req: ChatRequest, counts: Counts) -> Prompt:
             raise ChatError(f"tools: the served model's chat template ({slots.chat.origin}) "
                             f"{why}, so no call could be answered; train the run with "
                             "data.tool_format=hermes (its spec.yaml tells the server).", "tools")
-        reader = Reader(syntax, counts, choice == "required", name, req.parallel_tool_calls)
+        reader = Reader(syntax, counts, choice == "required", name, req.parallel_tool_calls,
+                        T.tool_names(tools))   # a call to any other name is content (#49)
     try:
         text = slots.prompt_text(msgs, shown)
     except DataError as e:   # e.g. the template cannot render tools (mens.data.tool_turns)

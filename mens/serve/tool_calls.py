@@ -8,11 +8,14 @@ writes (hermes, llama3, mistral), so what training taught is what serving reads.
 no text besides them. Ids are fresh per call: `call_` + 24 letters/digits, or 9 letters/digits
 for the mistral syntax (its template refuses any other id when the client sends the call back).
 
-Never a 500, never an invented call: an answer whose call does not parse, one that calls no
-tool when `tool_choice` required one, or one that names another function than the named
-`tool_choice`, comes back as plain content (the model's whole text) with its own
-finish_reason. `parallel_tool_calls: false` keeps the first call, as vLLM does. Each of these is
-printed on the server's console and counted in `Counts` (/health `tool_calls`): loud, never
+Never a 500, never an invented call: an answer whose call does not parse (no arguments
+object, arguments that are not JSON — NaN, Infinity), one that calls a function the request's
+`tools` do not offer (issue #49: a JSON answer `{"name": "Alice", …}` is not a call to "Alice"),
+or one that calls no tool when `tool_choice` required one, comes back as plain content (the
+model's whole text) with its own finish_reason. A named `tool_choice` keeps the calls to that
+function and drops the others that ride along; `parallel_tool_calls: false` keeps the first
+call, as vLLM does. Each of these is printed on the server's console and counted in `Counts`
+(/health `tool_calls`; a call to a function not offered counts as `malformed`): loud, never
 silent.
 
 Streaming: text that cannot belong to a call streams as content while it is generated; a call
@@ -62,20 +65,24 @@ def openai_call(call: dict, syntax: str | None) -> dict:
     """mens's call (arguments an object) → OpenAI's (arguments a JSON string, a fresh id)."""
     fn = call["function"]
     return {"id": call_id(syntax), "type": "function",
-            "function": {"name": fn["name"],
-                         "arguments": json.dumps(fn["arguments"], ensure_ascii=False)}}
+            "function": {"name": fn["name"],   # allow_nan: the parser let none through
+                         "arguments": json.dumps(fn["arguments"], ensure_ascii=False,
+                                                 allow_nan=False)}}
 
 
 class Reader:
     """How one chat answer is read back. syntax: the run's (mens.data.tool_syntax);
     required: tool_choice `required` or a named function (`name`); parallel:
-    parallel_tool_calls (None: true, OpenAI's default)."""
+    parallel_tool_calls (None: true, OpenAI's default); offered: the names of the request's
+    `tools` (None: not checked — a reader with no request behind it)."""
 
     def __init__(self, syntax: str, counts: Counts, required: bool = False,
-                 name: str | None = None, parallel: bool | None = None):
+                 name: str | None = None, parallel: bool | None = None,
+                 offered: set[str] | None = None):
         self.syntax, self.counts = syntax, counts
         self.required, self.name = required or name is not None, name
         self.parallel = parallel is not False
+        self.offered = None if offered is None else set(offered)
 
     def read(self, text: str, finish_reason: str) -> tuple[str | None, list[dict], str]:
         """(content, OpenAI tool calls, finish_reason) of an answer."""
@@ -83,15 +90,26 @@ class Reader:
             p = TS.parse(text, self.syntax)
         except (RecursionError, ValueError) as e:   # JSON nested past Python's limit
             p = TS.Parsed(text, [], f"{type(e).__name__}: {e}")
-        calls = p.calls
-        if p.malformed:
+        calls, why = p.calls, p.malformed
+        stray = sorted({c["function"]["name"] for c in calls} - self.offered) \
+            if self.offered is not None else []
+        if stray:   # as a call that does not parse: the model's text, whole, is the answer
+            calls, why = [], (f"it calls {', '.join(map(repr, stray))}, which the request's "
+                              f"`tools` do not offer")
+        if why:
             self.counts.add("malformed")
-            _say(f"a tool call did not parse ({p.malformed}): answered as content, status 200")
-        if calls and self.name is not None and any(c["function"]["name"] != self.name
-                                                   for c in calls):
-            shown = ", ".join(sorted({c["function"]["name"] for c in calls}))
-            _say(f"tool_choice named {self.name!r} but the model called {shown}")
-            calls = []
+            _say(f"{'a call names no tool offered' if stray else 'a tool call did not parse'} "
+                 f"({why}): answered as content, status 200")
+        if calls and self.name is not None:   # the named function's calls; the rest dropped
+            kept = [c for c in calls if c["function"]["name"] == self.name]
+            others = sorted({c["function"]["name"] for c in calls} - {self.name})
+            if others and kept:
+                self.counts.add("parallel_dropped", len(calls) - len(kept))
+                _say(f"tool_choice named {self.name!r}: the model also called "
+                     f"{', '.join(others)}; {len(calls) - len(kept)} such call(s) dropped")
+            elif others:
+                _say(f"tool_choice named {self.name!r} but the model called {', '.join(others)}")
+            calls = kept
         if not calls:
             if self.required:
                 self.counts.add("required_unmet")
