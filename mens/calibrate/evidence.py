@@ -54,7 +54,8 @@ def _convert(row: dict) -> dict:
                      lora_r=int(c.get("lora_rank") or 0) if adapter else 0,
                      lora_targets=tuple(c.get("lora_targets") or LORA_TARGETS) if adapter else (),
                      lora_dropout=float(c.get("lora_dropout") or 0.0) if adapter else 0.0,
-                     double_quant="double" in quant, blocksize=64)
+                     double_quant="double" in quant, blocksize=64,
+                     unquantized_fp32=_unquantized_fp32(c, kind))
     devices = int(hw.get("devices") or 1)
     strategy = str(c.get("strategy") or "single")
     ckpt = bool(c["checkpointing"])
@@ -116,6 +117,19 @@ def _convert(row: dict) -> dict:
         "not_expressible": list(row.get("not_expressible") or []),
         "compile": bool(c.get("compile")), "attention": c.get("attention"),
     }
+
+
+def _unquantized_fp32(c: dict, kind: str) -> bool:
+    """Whether a QLoRA row's framework held the weights bitsandbytes leaves in 16 bits
+    (embeddings, lm_head, norms) in fp32 — PEFT's prepare_model_for_kbit_training casts them so
+    unless the framework casts them back (config.unquantized_dtype; unsaid: the compute dtype)."""
+    said = c.get("unquantized_dtype")
+    if said not in (None, "fp32", "bf16", "fp16"):
+        raise ValueError(f"config.unquantized_dtype {said!r} is not fp32, bf16 or fp16")
+    if said is not None and kind != "qlora":
+        raise ValueError("config.unquantized_dtype is a QLoRA row's (the weights bitsandbytes "
+                         "leaves unquantized)")
+    return said == "fp32"
 
 
 def _int(v) -> int | None:

@@ -36,6 +36,10 @@ class LaneModel:
     lora_experts: bool = False
     double_quant: bool = True
     blocksize: int = 64
+    # qlora: the weights bitsandbytes leaves in 16 bits (embeddings, lm_head, norms) cast to
+    # fp32, as PEFT's prepare_model_for_kbit_training does — mens never does; a published row
+    # whose framework did says so (calibration/external: config.unquantized_dtype)
+    unquantized_fp32: bool = False
     frozen_adapter_copy: bool = False   # DPO from an SFT adapter keeps a frozen reference copy
     # the objective (mens.config.objectives): its rows per record multiply the micro-batch's
     # rows (a pair's chosen and rejected answer; GRPO's group), a reference it may need
@@ -93,6 +97,10 @@ def components(arch: Arch, lane: LaneModel, shape: Shape, backend: str,
     masked = shape.packing and paths["attention"] == "block_mask"
     p = arch.params()
     wb = DTYPE_BYTES[lane.precision]           # frozen weights and activations
+    # fp32 embeddings make the residual stream fp32, and a 4-bit linear hands its output back
+    # in its input's dtype: every activation is fp32 (the matmuls and logits stay 16-bit)
+    upcast = lane.kind == "qlora" and lane.unquantized_fp32
+    ab = 4 if upcast else wb                   # the activations' dtype
     tb = m["trainable_bytes"]                  # fp32 adapters / master weights
     # micro_batch counts records; a pair puts two rows in the batch, a GRPO prompt its group
     s, b = shape.seq_len, shape.micro_batch * lane.rows_per_record
@@ -110,7 +118,7 @@ def components(arch: Arch, lane: LaneModel, shape: Shape, backend: str,
         # bitsandbytes quantises nn.Linear weights only: fused experts, biases, norms, sinks
         # and the embeddings stay in the compute dtype
         dense = p["total"] - p["linear"]
-        weights = int(dense * wb + p["linear"] * nf4_bytes_per_param(
+        weights = int(dense * (4 if upcast else wb) + p["linear"] * nf4_bytes_per_param(
             lane.double_quant, lane.blocksize, m["nf4_bits"]))
         trainable = arch.lora_params(lane.lora_r, lane.lora_targets, lane.lora_experts)
     else:  # lora: a frozen base plus adapters
@@ -147,11 +155,11 @@ def components(arch: Arch, lane: LaneModel, shape: Shape, backend: str,
         return (0, total) if big and tensor_bytes >= big else (total, 0)
 
     role = "full" if lane.kind == "full" else "adapter"
-    pc = precision_class(lane.precision)
+    pc = "fp32" if upcast else precision_class(lane.precision)
     per_dim = m["act_bytes"][pc][role]
     layer = [0, 0]                             # one layer's set: [heap-sized, mmapped]
     for dim, width in (("hidden", h), ("intermediate", i), ("q", q), ("kv", kv)):
-        for j, v in enumerate(cut(b * s * width * wb, s * b * per_dim[dim] * width)):
+        for j, v in enumerate(cut(b * s * width * ab, s * b * per_dim[dim] * width)):
             layer[j] += v
     if role == "adapter":                      # each target's lora_A output (r values, fp32)
         layer[0] += s * b * m["lora_act_bytes"] * lane.lora_r * len(targets)
@@ -159,9 +167,9 @@ def components(arch: Arch, lane: LaneModel, shape: Shape, backend: str,
         # when no target of its group is adapted
         for group in m["lora_inputs"].values():
             if not set(group["targets"]) & set(targets):
-                layer[0] -= s * b * wb * {"hidden": h, "intermediate": i}[group["dim"]]
+                layer[0] -= s * b * ab * {"hidden": h, "intermediate": i}[group["dim"]]
         if lane.lora_dropout > 0:              # PEFT keeps dropout(x) per target
-            layer[0] += s * b * (wb + 1) * sum(shapes[t][0] for t in targets)
+            layer[0] += s * b * (ab + 1) * sum(shapes[t][0] for t in targets)
     # (b, a, s, s) softmax in + out: where the backend's kernel keeps them, or a record of
     # another framework ran eager attention (mens.calibrate.evidence)
     # (b, a, s, s) scores and the mask's copies exist in full-attention layers only (Qwen3.5's
@@ -172,25 +180,25 @@ def components(arch: Arch, lane: LaneModel, shape: Shape, backend: str,
     eager = paths["attention"] == "eager" or family(arch.family).attn == "eager"
     scores = [0, 0]
     if m["attn_scores_materialised"].get(backend, True) or eager:
-        for j, v in enumerate(cut(b * arch.heads * s * s * wb, 2 * wb * arch.heads * b * s * s)):
+        for j, v in enumerate(cut(b * arch.heads * s * s * ab, 2 * ab * arch.heads * b * s * s)):
             scores[j] += v
     # a mask per layer type where sliding and full layers mix (Gemma, gpt-oss: counted
     # whether or not the window is shorter than the row, which the plan does not know)
     kinds = 2 if family(arch.family).window_types else 1
     if masked:                                 # sdpa turns the bool mask into an additive one
         copies = kinds * m["mask_copies"].get(backend, 1)
-        for j, v in enumerate(cut(b * s * s * wb, copies * wb * b * s * s)):
+        for j, v in enumerate(cut(b * s * s * ab, copies * ab * b * s * s)):
             scores[j] += v
     # checkpointing keeps each layer's input (its own term: it grows with the layer count,
     # the recomputed set does not) and recomputes one layer's set at a time
-    checkpoints = L * s * b * m["ckpt_hidden"] * h * wb if shape.checkpointing else 0
+    checkpoints = L * s * b * m["ckpt_hidden"] * h * ab if shape.checkpointing else 0
     A = arch.attn_layers
     if shape.checkpointing:
         act = [layer[j] + (scores[j] if A else 0) for j in (0, 1)]
     else:
         act = [L * layer[j] + A * scores[j] for j in (0, 1)]
     layer = [layer[j] + (scores[j] if A == L else 0) for j in (0, 1)]
-    for j, v in enumerate(cut(b * s * h * wb, s * b * h * m["outer_act_bytes"][pc][role])):
+    for j, v in enumerate(cut(b * s * h * ab, s * b * h * m["outer_act_bytes"][pc][role])):
         act[j] += v
 
     # --- what the allocator keeps after tensors are freed (glibc's heap on CPU) --------------
@@ -211,7 +219,7 @@ def components(arch: Arch, lane: LaneModel, shape: Shape, backend: str,
         # among them: one `activations` term), and by ~1× once those reach the threshold
         # (0.6b-l8 LoRA s=2048: +141 MiB over s=1024 for +868 MiB saved). The whole set moves
         # with the hidden-size tensors, so it is split by them, not tensor by tensor.
-        mmapped_hidden = b * s * h * wb >= fixed_mmap
+        mmapped_hidden = b * s * h * ab >= fixed_mmap
         act = [0, sum(act)] if mmapped_hidden else [sum(act), 0]
 
     comm = 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import json
+import statistics
 
 import pytest
 
@@ -98,15 +99,17 @@ def test_the_committed_cuda_cells_are_what_the_evidence_fits(fitted):
         assert cells[key]["external"] == cell["external"]
         assert cells[key]["uncertainty"] == cell["uncertainty"]
         assert cells[key]["coefficients"] == pytest.approx(cell["coefficients"], abs=1e-5)
-    # the LoRA cells users train in, at bf16, stand on published evidence; the QLoRA ones do
-    # not: axolotl's Llama-2 QLoRA row (xformers attention, no scores kept) sits 35 % above its
-    # held-out prediction, and the margin covers it
-    for key in ("cuda/lora/ckpt/bf16", "cuda/lora/nockpt/bf16"):
+    # the cells users train in, at bf16 with LoRA and checkpointed QLoRA, stand on published
+    # evidence (QLoRA since axolotl's Llama-2 row is modelled with the fp32 its framework cast
+    # the unquantized weights to: it sat 35 % above its held-out prediction before); QLoRA
+    # without checkpointing does not (LitGPT's rows alone, up to 59 % above prediction)
+    for key in ("cuda/lora/ckpt/bf16", "cuda/lora/nockpt/bf16", "cuda/qlora/ckpt/bf16"):
         c = fitted["cells"][key]
         assert c["external"] and len(c["sources"]) >= 2 and c["uncertainty"] < 0.25, key
-    c = fitted["cells"]["cuda/qlora/ckpt/bf16"]
+    c = fitted["cells"]["cuda/qlora/nockpt/bf16"]
     assert not c["external"] and c["uncertainty"] >= c["heldout"]["worst_under_prediction_pct"] / 100
-    for key in ("cuda/lora/ckpt/bf16", "cuda/lora/nockpt/bf16"):   # issue #26's targets
+    for key in ("cuda/lora/ckpt/bf16", "cuda/lora/nockpt/bf16",   # issue #26's targets
+                "cuda/qlora/ckpt/bf16"):
         h = fitted["cells"][key]["heldout"]
         assert h["median_abs_pct"] <= 10 and h["max_abs_pct"] <= 20, (key, h)
 
@@ -289,3 +292,61 @@ def test_the_report_gives_screened_and_all_rows_errors(fitted):
     assert "held-out median (screened / all)" in text
     assert "not covered: torchtune-readme-llama3.1-8b-lora-a6000" in text and "(not_binding)" in text
     assert "re-decided on the other sources' rows" in text
+
+
+# --- issue #49 item 10: the QLoRA rows' physics, and the margin it earns ---------------------
+QLORA_CKPT = "cuda/qlora/ckpt/bf16"
+TORCHTUNE_QLORA = "torchtune-readme-llama3.1-8b-qlora-rtx4090"   # 7.4 GiB on an RTX 4090
+
+
+def test_qlora_rows_held_out_agree_and_torchtunes_row_is_planned_near_its_reading(shipped, fitted):
+    """Held out by source, the QLoRA rows the fit keeps miss by a median ≤ 10 % (both cells
+    together, and the checkpointed cell alone), and torchtune's Llama-3.1-8B QLoRA row (7.4 GiB
+    measured on an RTX 4090) is planned — the committed cell's prediction plus its margin, the
+    planner's own arithmetic — at most 1.30× its reading (1.49× when the margin was 35 %); its
+    held-out prediction plus that margin likewise."""
+    from mens.calibrate.records import record_components
+    from mens.plan.memory import predict, usable_cell
+
+    rows = [x for x in fitted["rows"] if "/qlora/" in x["cell"] and not x["screen"]]
+    assert len(rows) >= 20
+    assert statistics.median(abs(x["heldout_pct"]) for x in rows) <= 10
+    assert fitted["cells"][QLORA_CKPT]["heldout"]["median_abs_pct"] <= 10
+    contract = load_contract()
+    rec = next(r for r in shipped if r["id"] == TORCHTUNE_QLORA)
+    planned = predict(record_components(rec, contract), usable_cell(contract, QLORA_CKPT),
+                      min_margin(contract))
+    assert planned["peak_bytes"] / rec["measured_peak_bytes"] <= 1.30, planned["peak_bytes"] / GiB
+    row = next(x for x in fitted["rows"] if x["id"] == TORCHTUNE_QLORA)
+    assert row["heldout_bytes"] * (1 + planned["uncertainty"]) / row["measured_bytes"] <= 1.30
+
+
+def test_a_framework_that_cast_the_unquantized_weights_to_fp32_is_modelled_so(shipped):
+    """PEFT's prepare_model_for_kbit_training casts every weight bitsandbytes left in 16 bits
+    (embeddings, lm_head, norms) to fp32; axolotl at dc71d88 calls it and casts nothing back
+    for xformers (the cast back came for flash-attention only, later). fp32 embeddings make
+    the residual stream fp32, and Linear4bit hands its output back in its input's dtype, so the
+    layers' activations and checkpoints are fp32 too; the lm_head's matmul runs under autocast
+    (16-bit logits, as before). The row says so (config.unquantized_dtype, and the yml's
+    lora_dropout), its record models it, and no other row or mens's own QLoRA does (mens loads
+    4-bit weights without that cast)."""
+    from mens.calibrate.records import record_components
+    from mens.plan.memory import Arch, LaneModel
+
+    row = _rows("axolotl-examples")["axolotl-examples-llama2-7b-qlora-rtx4090"]
+    assert row["config"]["unquantized_dtype"] == "fp32" and row["config"]["lora_dropout"] == 0.05
+    assert "lora_dropout: 0.05" in row["source"]["evidence"]
+    recs = {r["id"]: r for r in shipped}
+    rec = recs[row["id"]]
+    assert rec["lane"]["unquantized_fp32"] and rec["lane"]["lora_dropout"] == 0.05
+    contract = load_contract()
+    up = record_components(rec, contract)
+    plain = record_components({**rec, "lane": {**rec["lane"], "unquantized_fp32": False}},
+                              contract)
+    p = Arch(**rec["arch"]).params()
+    assert up["weights"] - plain["weights"] == 2 * (p["total"] - p["linear"])
+    assert up["checkpoints"] == 2 * plain["checkpoints"]
+    assert up["activations"] > 1.3 * plain["activations"]
+    assert up["logits"] == plain["logits"] and up["optimizer"] == plain["optimizer"]
+    assert [i for i, r in recs.items() if r["lane"].get("unquantized_fp32")] == [row["id"]]
+    assert LaneModel(kind="qlora", precision="bf16").unquantized_fp32 is False

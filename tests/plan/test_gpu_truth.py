@@ -38,20 +38,21 @@ TORCHTUNE = ["+hw=rtx4090", "+rung=hf", "rung.repo_id=meta-llama/Llama-3.1-8B",
              "train.seq_len=2048", "train.micro_batch=2", "lane.gradient_checkpointing=true"]
 
 
-# qlora + ckpt is no longer external: axolotl's Llama-2 QLoRA row ran xformers attention (its
-# yml says so; it was read as eager), and held out it sits 35 % above prediction, a margin the
-# cell keeps (above the uncalibrated 25 %), so it plans under that margin and says so.
-@pytest.mark.parametrize("lane, gib, external", [("lora", 16.2, True), ("qlora", 7.4, False)])
+# qlora + ckpt is external again (#49): axolotl's Llama-2 QLoRA row is modelled with the fp32
+# its framework cast the unquantized weights to, and the cell's margin shrank from 35 % to the
+# 10 % its held-out rows earn — the QLoRA plan went from 1.49× torchtune's reading to ≤ 1.30×.
+@pytest.mark.parametrize("lane, gib, external", [("lora", 16.2, True), ("qlora", 7.4, True)])
 def test_torchtunes_rtx4090_rows_planned_as_written(compile_run, hub, lane, gib, external):
     """torchtune's README: Llama-3.1-8B on one RTX 4090, batch 2 packed to 2,048 with
     activation checkpointing: LoRA 16.2 GiB, QLoRA 7.4 GiB. Planned as written it fits, the
     fitted prediction is within -10 %..+25 % of the reading and the planned peak (prediction +
-    the cell's margin) is above it. Its tokens/s are checked held out by source, not here
-    (tests/calibrate/test_external.py: the plan's speed fit includes torchtune's own rows)."""
+    the cell's margin) is above it, by at most 1.30×. Its tokens/s are checked held out by
+    source, not here (tests/calibrate/test_external.py: the plan's speed fit includes
+    torchtune's own rows)."""
     spec, p = compile_run(*TORCHTUNE, f"lane={lane}")
     assert p.fits and p.external == external, (p.peak_bytes / GiB, p.cell)
     assert -0.10 <= p.raw_bytes / GiB / gib - 1 <= 0.25, p.raw_bytes / GiB
-    assert p.peak_bytes / GiB >= gib
+    assert gib <= p.peak_bytes / GiB <= 1.30 * gib, p.peak_bytes / GiB
     assert p.speed["measured"] and "leave-one-source-out" in p.speed["how"]
     assert p.params_total == 8_030_261_248 and 0 < p.params_trainable < p.params_total
 
