@@ -4,7 +4,9 @@
 It runs on the `torch-distributed` ClusterTrainingRuntime (launch.runtime): the trainer
 controller starts trainer.numNodes pods and sets PET_NNODES, PET_NPROC_PER_NODE, PET_NODE_RANK,
 PET_MASTER_ADDR and PET_MASTER_PORT in each, which torchrun reads as its own flags — so the
-container's command is plain `torchrun -m mens` and its args are the user's overrides. Each pod
+container's command is plain `torchrun -m mens` and its args are the user's overrides. With
+launch.max_restarts the command also names the c10d rendezvous at PET_MASTER_ADDR:PET_MASTER_PORT
+(`trainjob`: the static one the PET_* variables give cannot restart a group). Each pod
 gets resourcesPerNode (hw.devices GPUs on a GPU tier) and HF_TOKEN / WANDB_API_KEY from the
 Kubernetes Secret launch.secret by name (secretKeyRef, optional): no value is ever written.
 
@@ -23,6 +25,8 @@ from mens.launch.torchrun import RESTART_ENV
 FILE = "trainjob.yaml"
 API_VERSION = "trainer.kubeflow.org/v1alpha1"
 GPU = "nvidia.com/gpu"   # the NVIDIA device plugin's resource name
+# node 0's pod and port as the trainer names them in PET_MASTER_ADDR / PET_MASTER_PORT
+RDZV_ENDPOINT = "$(PET_MASTER_ADDR):$(PET_MASTER_PORT)"
 
 
 def job_name(launch: Launch) -> str:
@@ -42,8 +46,13 @@ def trainjob(launch: Launch) -> dict:
             key="launch.image")
     run_dir = f"{str(lc.run_root).rstrip('/')}/{launch.name}"
     command, env = ["torchrun"], []
-    if lc.max_restarts:   # a restarted group finds its run by the job id (mens.train.launched)
-        command += [f"--max-restarts={lc.max_restarts}", f"--rdzv-id={job_name(launch)}"]
+    if lc.max_restarts:
+        # the trainer sets no PET_RDZV_*: torchrun's default (static) rendezvous always shares
+        # its agent's store, which a restarted group cannot use (mens.train.launched exits 2
+        # in every pod), so c10d at node 0's address — Kubernetes substitutes $(VAR) in a
+        # command from the container's env — and a job id that outlives a round
+        command += ["--rdzv-backend=c10d", f"--rdzv-endpoint={RDZV_ENDPOINT}",
+                    f"--rdzv-id={job_name(launch)}", f"--max-restarts={lc.max_restarts}"]
         env = [{"name": RESTART_ENV, "value": "1"}]
     trainer: dict = {
         "image": str(lc.image),
