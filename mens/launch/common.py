@@ -22,6 +22,7 @@ from mens.run.rundir import RunDir
 # secretKeyRef; srun and torchrun inherit the caller's environment): never written to a file.
 SECRETS = ("HF_TOKEN", "WANDB_API_KEY")
 RDZV_PORT = 29500   # torchrun's own default port for the c10d store
+_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")   # ${now:%Y-%m-%d}, the day dir of a default run dir
 
 
 @dataclass(frozen=True)
@@ -100,8 +101,13 @@ def devices_per_node(cfg: DictConfig) -> int:
 
 
 def run_name(out_dir: Path) -> str:
-    """The run dir's name in the characters every engine accepts in a job name or id."""
-    return re.sub(r"[^A-Za-z0-9-]+", "-", Path(out_dir).name).strip("-").lower() or "mens"
+    """The run dir's name in the characters every engine accepts in a job name or id. Hydra's
+    default run dir (conf/mens.yaml) is outputs/<date>/<time>_<job>: its name alone is the
+    time of day, which the same second of another day repeats (a TrainJob of that name, or the
+    pods' run dir, would clash), so the date above it is part of the name."""
+    path = Path(out_dir)
+    name = f"{path.parent.name}-{path.name}" if _DATE.fullmatch(path.parent.name) else path.name
+    return re.sub(r"[^A-Za-z0-9-]+", "-", name).strip("-").lower() or "mens"
 
 
 def write(out_dir: Path, name: str, text: str) -> Path:

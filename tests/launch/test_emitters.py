@@ -7,6 +7,7 @@ change, MENS_UPDATE_GOLDEN=1 rewrites them (then read the diff)."""
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -126,6 +127,87 @@ def test_sbatch_on_a_cpu_tier_asks_for_no_gpus(tmp_path):
     assert "gpus" not in text
 
 
+def sbatch_options(script: str) -> list[str]:
+    """The options sbatch takes from a script, read as Slurm reads them (src/sbatch/opt.c:
+    _opt_batch_script, _get_argument): the #SBATCH lines until the first command; in each,
+    whitespace ends a word, "…" or '…' groups, a backslash escapes the next character (in
+    quotes too), an unquoted # ends the line's options; the quotes are not part of the word."""
+    words = []
+    for line in script.splitlines():
+        if not line.startswith("#SBATCH"):
+            if line.strip() and not line.lstrip().startswith("#"):
+                break
+            continue
+        i, rest = 0, line[len("#SBATCH"):]
+        while True:
+            while i < len(rest) and rest[i].isspace():
+                i += 1
+            word, quote, escape = None, None, False
+            while i < len(rest) and (quote or not rest[i].isspace()):
+                c, i = rest[i], i + 1
+                if escape:
+                    escape = False
+                elif c == "\\":
+                    escape = True
+                    continue
+                elif quote:
+                    if c == quote:
+                        quote = None
+                        continue
+                elif c in "\"'":
+                    quote = c
+                    continue
+                elif c == "#":
+                    break
+                word = (word or "") + c
+            assert quote is None, f"sbatch: unmatched {quote} in {line!r}"
+            if word is None:
+                break
+            words.append(word)
+    return words
+
+
+def slurm_filename(pattern: str, job_id: str) -> str:
+    """A --output filename pattern as SLURM fills it in: %j the job id, %% a %."""
+    return re.sub(r"%([%j])", lambda m: "%" if m[1] == "%" else job_id, pattern)
+
+
+def test_sbatch_reads_a_run_dir_with_a_space_and_a_percent_as_one_path(tmp_path):
+    """Unquoted, `--output=<dir with a space>/slurm-%j.out` ends at the space: the log went to
+    the dir's first word (and a % of the dir's own is a SLURM pattern)."""
+    p, run = emit(tmp_path, "slurm", "+hw=cpu", "hw.devices=2", "launch.account=team a",
+                  name="my run 100%")
+    assert p.returncode == 0, p.stderr
+    text = (run / "sbatch.sh").read_text()
+    assert subprocess.run(["bash", "-n", run / "sbatch.sh"]).returncode == 0
+    opts = dict(w.removeprefix("--").partition("=")[::2] for w in sbatch_options(text))
+    assert slurm_filename(opts["output"], "42") == f"{run}/slurm-42.out"
+    assert (opts["account"], opts["nodes"], opts["ntasks-per-node"]) == ("team a", "1", "2")
+    assert shlex.split(text.splitlines()[-1])[-1] == f"hydra.run.dir={run}"   # srun: bash's quoting
+
+
+def test_trainjob_name_and_pod_run_dir_carry_the_date():
+    """Hydra's default run dir is outputs/<date>/<time>_<job>: the same second of another day
+    must name another TrainJob and another run dir in the pods; names stay DNS-1035 labels."""
+    from mens.config.compose import compose
+    from mens.launch.common import Launch
+    from mens.launch.kubeflow import trainjob
+
+    cfg = compose(["+hw=cpu", "launch.image=registry.example/mens:1"])
+
+    def job(run_dir: str) -> tuple[str, str]:
+        j = trainjob(Launch(cfg, Path("/home/u/outputs") / run_dir, []))
+        return j["metadata"]["name"], j["spec"]["trainer"]["args"][-1]
+
+    today, tomorrow = (job(f"2026-12-0{d}/16-04-33_launch_kubeflow") for d in (6, 7))
+    assert today[0] != tomorrow[0] and today[1] != tomorrow[1]
+    assert today == ("mens-2026-12-06-16-04-33-launch-kubeflow",
+                     "hydra.run.dir=/mnt/mens/outputs/2026-12-06-16-04-33-launch-kubeflow")
+    long = job("2026-12-06/16-04-33_" + "Long_Name." * 9)
+    for name, _ in (today, tomorrow, long):
+        assert len(name) <= 63 and re.fullmatch(r"[a-z]([-a-z0-9]*[a-z0-9])?", name), name
+
+
 def trainjob_model():
     pytest.importorskip("kubeflow_trainer_api", reason="the dev extra installs "
                         "kubeflow-trainer-api (the Kubeflow Trainer's published API models)")
@@ -148,9 +230,11 @@ def test_trainjob_validates_against_the_kubeflow_trainer_api_models(emitted):
     assert (t.num_nodes, t.num_proc_per_node) == (2, 8)
     assert t.resources_per_node.limits["nvidia.com/gpu"].actual_instance == "8"
     # the trainer sets PET_NNODES, PET_NODE_RANK… which torchrun reads as its flags
-    # --max-restarts: a job id that outlives a round, and the store unshared (mens.train.launched)
-    assert t.command == ["torchrun", "--max-restarts=2", "--rdzv-id=" + job.metadata.name,
-                         "-m", "mens"]
+    # --max-restarts: c10d at node 0 (the static rendezvous of PET_* shares the agent's store),
+    # a job id that outlives a round, and the store unshared (mens.train.launched)
+    assert t.command == ["torchrun", "--rdzv-backend=c10d",
+                         "--rdzv-endpoint=$(PET_MASTER_ADDR):$(PET_MASTER_PORT)",
+                         "--rdzv-id=" + job.metadata.name, "--max-restarts=2", "-m", "mens"]
     # the user's overrides; the run dir is the pods' (launch.run_root), not this machine's
     assert t.args == [*USER, "hydra.run.dir=/mnt/mens/outputs/run-1"]
     assert {e.name: e.value for e in t.env if e.value_from is None} == {
@@ -174,6 +258,66 @@ def test_the_api_models_catch_what_they_are_asked_to(emitted):
                                                          "numNodes": "2"}}}
     with pytest.raises(pydantic.ValidationError):
         TrainJob.from_dict(wrong)
+
+
+def k8s_expand(word: str, env: dict) -> str:
+    """$(NAME) in a container's command or args as Kubernetes expands it (the kubelet's
+    third_party/forked/golang/expansion): a variable of the container's env by its value, $$
+    as $, any other reference as written."""
+    return re.sub(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_]*)\)",
+                  lambda m: "$" if m[0] == "$$" else env.get(m[1], m[0]), word)
+
+
+@pytest.mark.parametrize("nodes", [1, pytest.param(2, marks=pytest.mark.slow)])
+def test_a_restarting_trainjob_runs_under_the_trainers_pet_variables(tmp_path, nodes):
+    """launch.max_restarts on Kubeflow: each pod's command run as the trainer runs it, on
+    `nodes` "pods" of one process on loopback — the PET_* variables the torch plugin sets
+    (node 0's address: 127.0.0.1 here), the job's own env, $(VAR) expanded as Kubernetes does.
+    torchrun must meet and mens's restart check pass: with PET_* alone torchrun's static
+    rendezvous shares its agent's store, and mens exited 2 in every pod. `--cfg job` before the
+    job's args: once its launcher checks pass, mens prints its config and trains nothing. Two
+    pods (13 s here: slow): both agents take 127.0.0.1 for their own address, one hosts the
+    c10d store and the other joins it."""
+    import socket
+
+    import psutil
+
+    from launched_util import clean_env
+
+    with socket.socket() as s:   # a port free on loopback now, for node 0's c10d store
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    p, run = emit(tmp_path, "kubeflow", "+hw=cpu", f"hw.nodes={nodes}", "hw.devices=1",
+                  "launch.image=registry.example/mens:1", "launch.max_restarts=1",
+                  f"launch.run_root={tmp_path / 'pods'}")
+    assert p.returncode == 0, p.stderr
+    trainer = yaml.safe_load((run / "trainjob.yaml").read_text())["spec"]["trainer"]
+    pet = {"PET_NNODES": str(trainer["numNodes"]), "PET_MASTER_ADDR": "127.0.0.1",
+           "PET_NPROC_PER_NODE": str(trainer["numProcPerNode"]), "PET_MASTER_PORT": str(port)}
+    pods = []
+    try:
+        for rank in range(trainer["numNodes"]):
+            env = {**clean_env(), **pet, "PET_NODE_RANK": str(rank),
+                   **{e["name"]: e["value"] for e in trainer["env"] if "value" in e}}
+            command, args = ([k8s_expand(w, env) for w in trainer[k]]
+                             for k in ("command", "args"))
+            assert command[0] == "torchrun"
+            pods.append(subprocess.Popen(
+                [sys.executable, "-m", "torch.distributed.run", *command[1:], "--cfg", "job",
+                 *args],
+                env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                text=True, start_new_session=True))
+        for pod in pods:
+            out, err = pod.communicate(timeout=120)
+            assert pod.returncode == 0, err[-4000:]
+            assert "lane:" in out   # mens's config, printed by the pod's one rank
+    finally:
+        for pod in pods:
+            if pod.poll() is None:
+                for child in psutil.Process(pod.pid).children(recursive=True):
+                    child.kill()
+                pod.kill()
+                pod.wait()
 
 
 @pytest.mark.parametrize("engine, args, key", [
