@@ -26,8 +26,12 @@ class LoraConfig:
     dropout: float = 0.0
     targets: List[str] = field(default_factory=lambda: list(LORA_TARGETS))
     # a mixture of experts: LoRA on every expert's fused weights too (PEFT target_parameters);
-    # false: attention and the router only. An error on a dense family.
+    # false: the experts stay frozen. An error on a dense family.
     experts: bool = False
+    # a mixture of experts: LoRA on the router too (gpt-oss `router`, Qwen3-MoE / Mixtral /
+    # Qwen3.5-MoE `gate`). false, as PEFT's, TRL's and Unsloth's recipes leave it, so the
+    # trainable count is theirs. An error on a dense family.
+    router: bool = False
 
 
 @dataclass

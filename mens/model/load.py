@@ -225,8 +225,8 @@ def _device(backend: str) -> str:
 def apply_lane(model, lane, init_adapter: str | None = None, notes: list[str] | None = None):
     """LoRA/QLoRA (any objective): a PEFT adapter (fp32) on a frozen base; full: every weight trains.
     The adapter's targets are the family's (mens.source.families.lora_targets: Phi-3's fused
-    qkv_proj, a mixture of experts' router); `notes` (or stdout) says when they are not the
-    lane's list."""
+    qkv_proj, a mixture of experts' attention, its router with lane.lora.router); `notes` (or
+    stdout) says when they are not the lane's list."""
     import torch
 
     if lane.gradient_checkpointing:
@@ -260,13 +260,14 @@ def lora_plan(model, lora, notes: list[str] | None = None) -> tuple[tuple, tuple
 
     A mixture of experts keeps each layer's experts in two fused 3-D parameters, which PEFT
     reaches only as parameters (its ParamWrapper: one lora_A/lora_B pair per expert, stacked);
-    lane.lora.experts=true adds them. Its router (Qwen3-MoE/Mixtral `gate`, gpt-oss `router`)
-    is a module holding a bare weight, which PEFT wraps the same way. PEFT cannot apply dropout
-    inside such a wrapper (it raises), so dropout with one of them targeted is a ConfigError."""
+    lane.lora.experts=true adds them. Its router (Qwen3-MoE/Mixtral `gate`, gpt-oss `router`),
+    which lane.lora.router=true adds, is a module holding a bare weight, which PEFT wraps the
+    same way. PEFT cannot apply dropout inside such a wrapper (it raises), so dropout with one
+    of them targeted is a ConfigError."""
     import torch
 
     fam = _family_of(model.config.get_text_config().model_type)
-    modules = lora_targets(fam, lora.targets)
+    modules = lora_targets(fam, lora.targets, getattr(lora, "router", False))
     if tuple(modules) != tuple(lora.targets):
         _say(notes, f"lora: {fam.model_type} gets LoRA targets {list(modules)} (its default "
                     f"for the lane's {list(lora.targets)})")
@@ -289,7 +290,8 @@ def lora_plan(model, lora, notes: list[str] | None = None) -> tuple[tuple, tuple
         raise ConfigError(f"lane.lora.dropout={lora.dropout}: PEFT applies no dropout to LoRA on "
                           f"a bare weight, which {fam.model_type}'s {bare + list(params)} are "
                           f"(router / fused experts). Set lane.lora.dropout=0, or leave those "
-                          f"out of lane.lora.targets and lane.lora.experts.",
+                          f"out (lane.lora.router=false, lane.lora.experts=false, neither in "
+                          f"lane.lora.targets).",
                           key="lane.lora.dropout")
     return (tuple(t for t in modules if t not in bare),
             (*(f"{t}.weight" for t in bare), *params))

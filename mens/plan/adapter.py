@@ -11,14 +11,16 @@ from pathlib import Path
 
 from mens.errors import ConfigError
 from mens.resources import ASSETS
+from mens.source.families import family
 
 
 def resolve_adapter(cfg, notes: list[str]) -> dict | None:
     """`adapter=` (a Hub repo or a local dir): fetched (mens.source.hub.fetch_adapter), checked
     against the rung's architecture, and made the run's `train.init_adapter`; a Hub ref is pinned
     to its commit (`org/name@<commit>`) so spec.yaml's rerun/resume loads the same snapshot. The
-    adapter's LoRA shape (r, alpha, targets) replaces lane.lora's, said: PEFT trains the loaded
-    adapter as it is, so the planner must count those. Returns the source, or None."""
+    adapter's LoRA shape (r, alpha, targets, and on a mixture of experts whether it adapts the
+    router and the experts) replaces lane.lora's, said: PEFT trains the loaded adapter as it
+    is, so the planner must count those. Returns the source, or None."""
     if not cfg.adapter:
         return None
     if cfg.train.init_adapter:
@@ -34,13 +36,16 @@ def resolve_adapter(cfg, notes: list[str]) -> dict | None:
 
     path, source = fetch_adapter(cfg.adapter)
     acfg = check_adapter_fits(path, cfg.rung, cfg.adapter)
-    lora = cfg.lane.lora
+    lora, fam = cfg.lane.lora, family(cfg.rung.family)
     theirs = {"r": acfg.get("r"), "alpha": acfg.get("lora_alpha"),
-              "dropout": acfg.get("lora_dropout"), "targets": acfg.get("target_modules")}
+              "dropout": acfg.get("lora_dropout"), "targets": acfg.get("target_modules"),
+              **_moe_parts(acfg, fam)}
     for k, v in theirs.items():
         if k == "targets" and isinstance(v, list):
-            if set(v) - set(LORA_TARGETS):
-                notes.append(f"adapter: targets {_show(sorted(set(v) - set(LORA_TARGETS)))} "
+            # a MoE's router is planned through lane.lora.router (theirs["router"])
+            planned = {*LORA_TARGETS, *((fam.router,) if fam.experts else ())}
+            if set(v) - planned:
+                notes.append(f"adapter: targets {_show(sorted(set(v) - planned))} "
                              f"are not planned (mens plans {_show(LORA_TARGETS)})")
             v = [t for t in LORA_TARGETS if t in v]   # the schema's order (PEFT saves a set)
         if v is None or isinstance(v, str) or v == (list(lora[k]) if k == "targets" else lora[k]):
@@ -54,6 +59,19 @@ def resolve_adapter(cfg, notes: list[str]) -> dict | None:
         notes.append(f"adapter: {source['repo_id']}@{source['revision'] or 'main'} is commit "
                      f"{source['commit']} ({path})")
     return source
+
+
+def _moe_parts(acfg: dict, fam) -> dict:
+    """Whether a saved adapter adapts a mixture of experts' router (a target module, or the
+    router's weight as a target parameter: how mens's trainer asks PEFT for it) and its fused
+    experts (target parameters): lane.lora.router / lane.lora.experts as the adapter has them.
+    Empty for a dense family or a target_modules regex (nothing to read)."""
+    modules, params = acfg.get("target_modules"), acfg.get("target_parameters") or []
+    if not fam.experts or isinstance(modules, str):
+        return {}
+    names = {*(modules or []), *(p.removesuffix(".weight").rsplit(".", 1)[-1] for p in params)}
+    return {"router": fam.router in names,
+            "experts": any(p.endswith(e) for p in params for e in fam.experts)}
 
 
 def _show(v) -> str:

@@ -4,7 +4,7 @@ experts (no torch: the row of mens.source.families is data)."""
 from __future__ import annotations
 
 from mens.errors import ConfigError
-from mens.source.families import family, lora_targets
+from mens.source.families import family, lora_targets, router_adapted
 
 # Said in every MoE plan: the experts are weights like any other, replicated (or FSDP-sharded)
 EXPERT_PARALLEL = ("expert parallelism is not planned (experts sit on every device): each "
@@ -14,16 +14,33 @@ EXPERT_PARALLEL = ("expert parallelism is not planned (experts sit on every devi
 MXFP4 = ("gpt-oss: the published checkpoint stores its experts in MXFP4; transformers "
          "dequantises it on load (without the triton MXFP4 kernels) and this plan counts the "
          "weights in the lane's precision ({precision})")
+# Said in every MoE LoRA plan: whether the router trains, what it costs, and the key that
+# changes it (PEFT's, TRL's and Unsloth's recipes leave it frozen: their counts are mens's)
+ROUTER_FROZEN = ("lora: the router (`{name}`) is frozen, as PEFT's, TRL's and Unsloth's MoE "
+                 "recipes leave it; lane.lora.router=true adapts it too (+{n:,} trainable "
+                 "params at r {r})")
+ROUTER_ADAPTED = ("lora: the router (`{name}`) is adapted ({n:,} of the trainable params at r "
+                  "{r}); lane.lora.router=false (and no `{name}` in lane.lora.targets) freezes "
+                  "it, as PEFT's, TRL's and Unsloth's MoE recipes do")
 
 
 def resolve_family(cfg, notes: list[str]) -> None:
     """Write the family's resolution into the config (the spec then says what trains):
-    lane.lora.targets → the family's own (families.lora_targets), lane.lora.experts checked,
+    lane.lora.targets → the family's own (families.lora_targets, the router with
+    lane.lora.router), lane.lora.router → whether they hold it, lane.lora.experts checked,
     train.packing off with the reason where the family cannot pack (the trainer reads it)."""
     rung, lane, t = cfg.rung, cfg.lane, cfg.train
     fam = family(rung.family)
     if lane.get("lora"):
-        lane.lora.targets = list(lora_targets(fam, lane.lora.targets))
+        lane.lora.targets = list(lora_targets(fam, lane.lora.targets, lane.lora.get("router")))
+        if fam.experts:
+            from mens.plan.arch import Arch
+
+            adapted = router_adapted(fam, lane.lora.targets)
+            lane.lora.router = adapted
+            n = Arch.of(rung).lora_params(int(lane.lora.r), (fam.router,))
+            notes.append((ROUTER_ADAPTED if adapted else ROUTER_FROZEN).format(
+                name=fam.router, n=n, r=lane.lora.r))
         if lane.lora.get("experts") and not fam.experts:
             raise ConfigError(
                 f"lane.lora.experts=true: {rung.name} is a {fam.model_type} model, which has no "

@@ -39,7 +39,9 @@ class Family:
     # Qwen3, Gemma 3); "proj" — over the whole q and k projections (heads·d + kv·d: OLMo 2)
     qk_norm: str = ""
     norms_per_layer: int = 2     # hidden-sized RMSNorms per decoder layer
-    lora_targets: tuple = LORA_TARGETS   # every linear layer of a decoder layer
+    # the default LoRA targets: every linear layer of a decoder layer but a mixture of experts'
+    # router, which PEFT's, TRL's and Unsloth's recipes leave frozen (lane.lora.router adds it)
+    lora_targets: tuple = LORA_TARGETS
     # transformers' value when config.json omits the key (tie_word_embeddings: the tied-head
     # default). head_dim None: hidden // heads; num_key_value_heads None: = num_attention_heads.
     defaults: Mapping = field(default_factory=dict)
@@ -76,7 +78,7 @@ class Family:
     o_bias: bool = False          # o_proj carries a bias too (gpt-oss: attention_bias on all four)
     sinks: bool = False           # one learned attention-sink logit per head and layer (gpt-oss)
     moe_biases: bool = False      # router and expert biases (gpt-oss: router.bias, *_proj_bias)
-    router: str = "gate"          # the router Linear's name (gpt-oss: router)
+    router: str = "gate"          # a mixture of experts' router module (gpt-oss: router)
     gated_q: bool = False         # q_proj also makes a per-head output gate: 2 × heads·d (Qwen3.5)
     linear_attention: bool = False   # Gated DeltaNet layers by layer_types (Qwen3.5)
 
@@ -148,10 +150,10 @@ FAMILIES: dict[str, Family] = {f.model_type: f for f in (
            defaults=_defaults(max_position_embeddings=2048, rms_norm_eps=1e-5)),
     # Mixtures of experts: transformers 5 fuses each layer's experts into two 3-D parameters
     # (experts.gate_up_proj, experts.down_proj), which LoRA reaches through PEFT's
-    # target_parameters (lane.lora.experts); the router `gate` of Qwen3-MoE and Mixtral is an
-    # nn.Linear and a default target beside attention (gpt-oss's and Qwen3.5-MoE's are not).
+    # target_parameters (lane.lora.experts); the router (`gate`, gpt-oss's `router`) is a
+    # target lane.lora.router=true adds (mens.model.load.lora_plan reaches it as a parameter).
     Family("qwen3_moe", "Qwen3MoeConfig", "Qwen3MoeForCausalLM", "qwen3moe", qk_norm="head",
-           chat="chatml", linear=(*_ATTN, "gate"), lora_targets=(*_ATTN, "gate"),
+           chat="chatml", linear=(*_ATTN, "gate"), lora_targets=_ATTN,
            experts=_EXPERTS, keys=_MOE_KEYS,
            defaults=_defaults(max_position_embeddings=32768, head_dim=None,
                               num_key_value_heads=4, num_experts=128, num_experts_per_tok=8,
@@ -159,7 +161,7 @@ FAMILIES: dict[str, Family] = {f.model_type: f for f in (
     # llama.cpp converts Mixtral with its llama architecture (experts as ffn_*_exps)
     Family("mixtral", "MixtralConfig", "MixtralForCausalLM", "llama", chat="mistral",
            permute_qk=True, window_every_layer=True, linear=(*_ATTN, "gate"),
-           lora_targets=(*_ATTN, "gate"), experts=_EXPERTS, keys=_LOCAL_EXPERTS,
+           lora_targets=_ATTN, experts=_EXPERTS, keys=_LOCAL_EXPERTS,
            no_per_record="Mixtral may attend through a sliding window",
            defaults=_defaults(max_position_embeddings=131072, num_key_value_heads=8,
                               rope_theta=1_000_000.0, rms_norm_eps=1e-5,
@@ -169,7 +171,7 @@ FAMILIES: dict[str, Family] = {f.model_type: f for f in (
     # (mens.model.load.lora_plan), with the same count as a Linear's LoRA
     Family("gpt_oss", "GptOssConfig", "GptOssForCausalLM", "gpt-oss", qkv_bias=True,
            o_bias=True, sinks=True, moe_biases=True, router="router", keys=_LOCAL_EXPERTS,
-           linear=(*_ATTN, "router"), lora_targets=(*_ATTN, "router"), experts=_EXPERTS,
+           linear=(*_ATTN, "router"), lora_targets=_ATTN, experts=_EXPERTS,
            attn="eager", attn_reason="gpt-oss adds learned attention sinks, which transformers "
                                      "implements in eager attention only (it refuses sdpa)",
            no_per_record="gpt-oss attends through sliding windows on alternate layers",
@@ -193,7 +195,7 @@ FAMILIES: dict[str, Family] = {f.model_type: f for f in (
                               num_key_value_heads=4, **_DELTANET_DEFAULTS)),
     Family("qwen3_5_moe_text", "Qwen3_5MoeTextConfig", "Qwen3_5MoeForCausalLM", "qwen35moe",
            qk_norm="head", chat="chatml", linear=(*LORA_TARGETS, *_DELTANET, "gate"),
-           lora_targets=(*LORA_TARGETS, *_DELTANET, "gate"), experts=_EXPERTS,
+           lora_targets=(*LORA_TARGETS, *_DELTANET), experts=_EXPERTS,
            no_packing=_QWEN35_PACKING, gated_q=True, linear_attention=True,
            keys={**_MOE_KEYS, "shared_expert_intermediate_size":
                  ("shared_expert_intermediate_size",), **_LINEAR_KEYS},
@@ -224,19 +226,33 @@ def family(name: str, source: str = "rung.family") -> Family:
     return FAMILIES[name]
 
 
-def lora_targets(fam: Family, targets, source: str = "lane.lora.targets") -> tuple:
+def lora_targets(fam: Family, targets, router: bool = False,
+                 source: str = "lane.lora.targets") -> tuple:
     """The LoRA targets a lane gets on this family: the family's defaults when the lane keeps
     mens's default list (Phi-3 has no q_proj: its qkv_proj is fused), else the lane's own,
-    each of which must be a linear layer of the family (ConfigError naming the ones there are)."""
+    each of which must be a linear layer of the family (ConfigError naming the ones there are);
+    with `router` (lane.lora.router), a mixture of experts' router too (ConfigError on a dense
+    family). A list that names the router adapts it as well: whether it is adapted is whether
+    the result holds fam.router (router_adapted)."""
     targets = tuple(targets)
-    if targets == LORA_TARGETS:
-        return fam.lora_targets
-    bad = [t for t in targets if t not in fam.linear]
-    if bad:
-        raise ConfigError(f"{source}: {bad} are not linear layers of a {fam.model_type} model; "
-                          f"its layers are {list(fam.linear)}. Name targets among these.",
-                          key="lane.lora.targets")
-    return targets
+    if targets != LORA_TARGETS:
+        bad = [t for t in targets if t not in fam.linear]
+        if bad:
+            raise ConfigError(f"{source}: {bad} are not linear layers of a {fam.model_type} "
+                              f"model; its layers are {list(fam.linear)}. Name targets among "
+                              f"these.", key="lane.lora.targets")
+    out = fam.lora_targets if targets == LORA_TARGETS else targets
+    if router and not fam.experts:
+        raise ConfigError(f"lane.lora.router=true: a {fam.model_type} model is dense, it has no "
+                          f"router to adapt. Set lane.lora.router=false (or pick a "
+                          f"mixture-of-experts model: qwen3_moe, mixtral, gpt_oss, "
+                          f"qwen3_5_moe).", key="lane.lora.router")
+    return (*out, fam.router) if router and fam.router not in out else out
+
+
+def router_adapted(fam: Family, targets) -> bool:
+    """Whether resolved LoRA targets (lora_targets) adapt this family's router."""
+    return bool(fam.experts) and fam.router in tuple(targets)
 
 
 def text_config(config: Mapping, source: str, notes: list[str] | None = None) -> Mapping:

@@ -24,8 +24,8 @@ read (it expects a (B, S) padding mask). So here:
 
 Which families train with it: Mixtral (coef 0.02 in Mixtral-8x7B's config.json), Qwen3-MoE
 and Qwen3.5-MoE (0.001) were pre-trained with this load-balancing loss, so a fine-tune keeps
-it, at the config's coefficient — the more so as the router is a default LoRA target and
-could otherwise drift to a few experts. Their published config.json files say
+it, at the config's coefficient — the more so where lane.lora.router=true adapts the router,
+which could otherwise drift to a few experts. Their published config.json files say
 output_router_logits: false only because inference needs no router logits. gpt-oss's training
 is not published with one: logged, not added. A config.json that says output_router_logits:
 true asks for it in any family.

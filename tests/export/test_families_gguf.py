@@ -30,8 +30,9 @@ EXPORTED = [f for f in FAMILIES if f not in UNWRITTEN]
 
 def targets(fam: str) -> list[str]:
     """Every linear layer of the family's decoder layer (its default LoRA targets: fused Phi-3
-    projections, Qwen3.5's DeltaNet projections, MoE routers)."""
-    return list(ROWS[fam].lora_targets)
+    projections, Qwen3.5's DeltaNet projections; a MoE's router, lane.lora.router=true)."""
+    row = ROWS[fam]
+    return list(row.lora_targets) + ([row.router] if row.experts else [])
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -70,7 +71,7 @@ def family_export(request, tmp_path_factory):
     torch.manual_seed(1)
     # as training asks PEFT for them: a router that is no nn.Linear (gpt-oss, Qwen3.5-MoE)
     # as a target parameter
-    modules, params = lora_plan(model, LaneLora(r=8, alpha=16), [])
+    modules, params = lora_plan(model, LaneLora(r=8, alpha=16, targets=targets(fam)), [])
     peft = get_peft_model(model, LoraConfig(r=8, lora_alpha=16, target_modules=list(modules),
                                             target_parameters=list(params) or None,
                                             init_lora_weights=False))

@@ -40,7 +40,7 @@ def expert_adapter(fam: str, tmp_path):
     model = make_model(fam, hf, len(tok))
     torch.manual_seed(1)
     # the targets as training asks PEFT for them (a router that is no nn.Linear: a parameter)
-    modules, params = lora_plan(model, LaneLora(r=4, alpha=8, experts=True), [])
+    modules, params = lora_plan(model, LaneLora(r=4, alpha=8, experts=True, router=True), [])
     assert set(EXPERTS) <= set(params)
     peft = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, target_modules=list(modules),
                                             target_parameters=list(params)))

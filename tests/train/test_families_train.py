@@ -115,7 +115,7 @@ def test_experts_on_a_dense_family_and_dropout_on_a_router_are_config_errors(tin
         apply_lane(load(tiny("phi3")), lane(True))
     assert e.value.key == "lane.lora.experts" and "dense" in e.value.message
     with pytest.raises(ConfigError) as e:   # PEFT's ParamWrapper has no dropout
-        apply_lane(load(tiny("qwen3_moe")), lane(False, dropout=0.05))
+        apply_lane(load(tiny("qwen3_moe")), lane(False, dropout=0.05, router=True))
     assert e.value.key == "lane.lora.dropout" and "gate" in e.value.message
     with pytest.raises(ConfigError) as e:   # a name outside the family's linear layers
         apply_lane(load(tiny("phi3")), lane(False, targets=["q_proj"]))
