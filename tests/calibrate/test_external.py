@@ -350,3 +350,7 @@ def test_a_framework_that_cast_the_unquantized_weights_to_fp32_is_modelled_so(sh
     assert up["logits"] == plain["logits"] and up["optimizer"] == plain["optimizer"]
     assert [i for i, r in recs.items() if r["lane"].get("unquantized_fp32")] == [row["id"]]
     assert LaneModel(kind="qlora", precision="bf16").unquantized_fp32 is False
+    bad = copy.deepcopy(row)
+    bad["config"]["unquantized_dtype"] = "fp8"     # a value the model has no dtype for
+    with pytest.raises(DataError, match="unquantized_dtype"):
+        to_record(bad, "axolotl-examples.jsonl:1")
