@@ -46,6 +46,16 @@ def resolve_family(cfg, notes: list[str]) -> None:
                 f"lane.lora.experts=true: {rung.name} is a {fam.model_type} model, which has no "
                 f"experts (a dense family); drop lane.lora.experts or pick a mixture-of-experts "
                 f"model (qwen3_moe, mixtral, gpt_oss, qwen3_5_moe).", key="lane.lora.experts")
+        # the router and the fused experts are bare weights PEFT wraps as target parameters,
+        # where it applies no dropout (the trainer raises: mens.model.load.lora_plan)
+        bare = [k for k, on in (("lane.lora.router", lane.lora.get("router")),
+                                ("lane.lora.experts", lane.lora.get("experts"))) if on]
+        if lane.lora.dropout and bare:
+            raise ConfigError(
+                f"lane.lora.dropout={lane.lora.dropout} with {' and '.join(bare)}=true: PEFT "
+                f"applies no dropout to LoRA on {fam.model_type}'s router and fused experts "
+                f"(bare weights it wraps as target parameters). Set lane.lora.dropout=0, or "
+                f"{' and '.join(f'{k}=false' for k in bare)}.", key="lane.lora.dropout")
     if fam.no_packing and t.packing:
         notes.append(f"FALLBACK packing: {fam.no_packing}; train.packing is off and each record "
                      f"is padded alone")

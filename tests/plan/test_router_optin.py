@@ -152,3 +152,16 @@ def test_an_adapter_to_continue_brings_its_router_and_experts(compile_run, tmp_p
     assert p.params_trainable == Arch.of(spec.rung).lora_params(8, lora.targets, experts)
     assert p.params_trainable == (4_540_416 if router else 3_981_312) or experts
     assert any("lane.lora.router False → True" in n for n in spec.notes) == router
+
+
+def test_dropout_with_the_router_adapted_is_refused_at_plan_time(compile_run):
+    """PEFT applies no dropout inside the wrapper a router (or a fused expert) gets — the
+    trainer raises (mens.model.load.lora_plan) — so the plan says so first, naming the keys;
+    with the router frozen, dropout on the attention adapters plans."""
+    spec, p = compile_run("+hw=h200", "+rung=gpt-oss-20b", "lane=lora", "lane.lora.dropout=0.05")
+    assert spec.lane.lora.router is False
+    for extra in ("lane.lora.router=true", "lane.lora.experts=true"):
+        with pytest.raises(ConfigError) as e:
+            compile_run("+hw=h200", "+rung=gpt-oss-20b", "lane=lora", "lane.lora.dropout=0.05",
+                        extra)
+        assert e.value.key == "lane.lora.dropout" and extra.split("=")[0] in e.value.message
