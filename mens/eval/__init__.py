@@ -3,8 +3,9 @@
 a wandb run of job_type `eval`, and a telemetry-style record.
 
 Modules:
-  stats    — intervals over items (paired for base vs tuned: bootstrap; exact sign-flip below
-             20 items), verdicts with a floor (eval.min_items), the unbiased pass@k
+  stats    — intervals over items (paired for base vs tuned: 0/1 scores exact at every n —
+             McNemar, Clopper-Pearson; others bootstrap, exact sign-flip below 20 items),
+             verdicts with floors (eval.min_items; the items that differ), the unbiased pass@k
   harness  — lm-evaluation-harness over mens's own model loader (HFLM on a PeftModel / merged)
   indomain — in-domain oracle scoring: greedy + k samples per held-out prompt, every verdict kept
   toolcalls — tool-call turns of held-out records that use tools: exact, schema-valid, relevance
@@ -22,7 +23,10 @@ the ladder read:
      "gain":  {"value": 0.04, "ci": [-0.01, 0.09], …},  # delta signed so that > 0 is better
                                                       # (loss: the share of base loss removed)
      "version": "1.0"}                            # the task's version (lm-eval) or null
-Every interval carries its n and method ("bootstrap"; "exact" below 20 items, where a gain also
-carries "p", the exact one-sided p-value of no gain, and "ci" is null below 6 items; null: no
-interval, as for lm-eval aggregates that are not per-document means).
+Every interval carries its n and method ("exact" for 0/1 scores at every n — Clopper-Pearson
+for one model, McNemar's test for the gain — and for other scores below 20 items, where "ci" is
+null below 6 items; "bootstrap" else; null: no interval, as for lm-eval aggregates that are not
+per-document means). An exact gain also carries "p", the exact one-sided p-value of no gain;
+every paired gain carries "discordant", the items whose scores differ (fewer than 6 at 95 %:
+too few to judge, mens.eval.stats.too_few_differ).
 """

@@ -235,7 +235,9 @@ def collect(res: dict, tasks: dict, chat_on: bool, why: dict, out: dict,
 # --- eval.json rows ------------------------------------------------------------------------------
 PAIRED = "paired bootstrap over documents"
 SINGLE = "bootstrap over documents"
+CLOPPER = "Clopper-Pearson over documents (0/1 scores)"
 EXACT = "exact sign-flip test over documents (fewer than 20)"
+MCNEMAR = "McNemar's exact test over the documents that differ (0/1 scores)"
 NO_CI = ("none: lm-eval's aggregate is not a mean of per-document values (its own stderr is "
          "kept; no interval is computed here, so the gate cannot judge it)")
 
@@ -255,7 +257,7 @@ def _doc_order(d: str):
 def _per_doc_row(row, b, t, hib: bool, eval_cfg, weights=None) -> dict:
     """Intervals from per-document values: paired when both models ran (aligned by doc_id).
     weights: per document (a group of weight_by_size=false), values then pre-multiplied."""
-    from mens.eval.stats import EXACT_BELOW, interval, paired
+    from mens.eval.stats import binary, interval, paired
 
     kw = {"confidence": float(eval_cfg.confidence), "reps": int(eval_cfg.bootstrap), "seed": int(eval_cfg.seed)}
     if b is not None and t is not None:
@@ -264,14 +266,17 @@ def _per_doc_row(row, b, t, hib: bool, eval_cfg, weights=None) -> dict:
             print(f"mens eval: {row['name']}: base and tuned scored different documents "
                   f"({len(b)} vs {len(t)}); the {len(docs)} both scored are compared")
         w = None if weights is None else [weights[d] for d in docs]
-        p = paired([b[d] for d in docs], [t[d] for d in docs], weights=w, higher_is_better=hib,
-                   **kw)
-        return {**row, **p, "ci_method": PAIRED if len(docs) >= EXACT_BELOW else EXACT}
+        vb, vt = [b[d] for d in docs], [t[d] for d in docs]
+        p = paired(vb, vt, weights=w, higher_is_better=hib, **kw)
+        how = PAIRED if p["gain"]["method"] == "bootstrap" else \
+            MCNEMAR if w is None and binary(vb, vt) else EXACT
+        return {**row, **p, "ci_method": how}
     side, vals = ("base", b) if b is not None else ("tuned", t)
     docs = sorted(vals, key=_doc_order)
     w = None if weights is None else [weights[d] for d in docs]
-    return {**row, "n": len(vals), side: interval([vals[d] for d in docs], w, **kw),
-            "ci_method": SINGLE}
+    one = interval([vals[d] for d in docs], w, **kw)
+    return {**row, "n": len(vals), side: one,
+            "ci_method": CLOPPER if one["method"] == "exact" else SINGLE}
 
 
 def _aggregate_row(row, b, t, hib: bool) -> dict:

@@ -7,10 +7,12 @@ Rows (mens.eval's metric row; group "in_domain" for the run's own spoke, "collat
     <spoke>/greedy    pass rate of the greedy answer
     <spoke>/pass@1    unbiased pass@1 from the k samples (mens.eval.stats.pass_at_k)
     <spoke>/pass@k    unbiased pass@k from the same samples
-Intervals: paired bootstrap over items (a record for loss, a prompt with all its samples for
-the pass rates). An unverified verdict (passed=None: the oracle's tool is absent, or its checker
-could not start) never counts as passed or failed: a prompt with one in either model is left
-out of that row and counted under `unverified`; with none verified the value is null.
+Intervals: paired over items (a record for loss, a prompt with all its samples for the pass
+rates; mens.eval.stats.paired): the greedy pass's 0/1 scores by McNemar's exact test, the loss
+and the pass@k of k samples by the bootstrap (a sign-flip test below 20 items). An unverified
+verdict (passed=None: the oracle's tool is absent, or its checker could not start) never
+counts as passed or failed: a prompt with one in either model is left out of that row and
+counted under `unverified`; with none verified the value is null.
 """
 from __future__ import annotations
 

@@ -10,19 +10,22 @@ from mens.run.evalrow import MetricRow
 GROUPS = ("in_domain", "collateral", "benchmark", "judge")
 
 
-def verdict_text(row: dict, min_items: int) -> str:
+def verdict_text(row: dict, min_items: int, confidence: float = 0.95) -> str:
     """The gain's verdict against 0 with its n (mens.eval.stats.verdict), and the exact
-    one-sided p-value of "no gain" where the items were fewer than 20; "" without a tuned side."""
+    one-sided p-value of "no gain" where an exact test judged it (0/1 scores; other scores
+    below 20 items); "" without a tuned side."""
     from mens.eval.stats import verdict
 
     if "gain" not in row:
         return ""
     p = (row.get("gain") or {}).get("p")
-    return verdict(row, min_items) + (f" · p={p:.3g}" if p is not None else "")
+    return verdict(row, min_items, confidence=confidence) + \
+        (f" · p={p:.3g}" if p is not None else "")
 
 
 def render_md(result: dict) -> str:
     from mens.config.schema import EvalConfig
+    from mens.eval.stats import min_discordant
 
     spec = result.get("spec") or {}
     conf = spec.get("confidence", 0.95)
@@ -31,8 +34,10 @@ def render_md(result: dict) -> str:
     lines = [f"# mens eval · {who}", "",
              f"rung {result['rung']} · spoke {result['spoke']} · lane {result['lane']} · "
              f"models {', '.join(result['models'])} · {conf:.0%} intervals (paired base vs "
-             f"tuned: bootstrap over items; an exact sign-flip test below 20 items) · verdicts "
-             f"on at least {floor} items (eval.min_items) · {result['duration_s']:.0f} s", ""]
+             f"tuned: McNemar's exact test on 0/1 scores; other scores: bootstrap over items, "
+             f"an exact sign-flip test below 20 items) · verdicts on at least {floor} items "
+             f"(eval.min_items) and {min_discordant(conf)} that differ · "
+             f"{result['duration_s']:.0f} s", ""]
     rows = sorted(result["rows"], key=lambda r: (GROUPS.index(r["group"])
                                                  if r["group"] in GROUPS else 9, r["name"]))
     lines += ["| group | metric | n | base | tuned | gain | verdict | notes |",
@@ -49,7 +54,7 @@ def render_md(result: dict) -> str:
             notes.append(r["ci_method"])
         lines.append(f"| {r['group']} | {r['name']}{' (%)' if row.rate else ''} | {r['n']} | "
                      f"{row.text('base')} | {row.text('tuned')} | {row.text('gain')} | "
-                     f"{verdict_text(r, floor)} | {'; '.join(notes)} |")
+                     f"{verdict_text(r, floor, conf)} | {'; '.join(notes)} |")
     lines += ["", "## Plan", ""]
     for mode, p in (result.get("plan") or {}).items():
         lines.append(f"- {mode}: batch {p['batch']} × {p['seq_len']} tokens, peak "

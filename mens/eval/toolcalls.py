@@ -21,8 +21,9 @@ mistral). Rows (mens.eval's metric row, group in_domain, paired base vs tuned):
 A malformed call (text that opens a call and does not parse) is neither exact nor schema-valid.
 An answer the oracle could not judge (its child did not start) is unverified: left out of
 schema_valid in both models and counted, never passed nor failed.
-Intervals: paired bootstrap over turns (mens.eval.stats.paired). The gate guards exact and
-schema_valid (GUARDED): they must not regress with confidence.
+Intervals: paired over turns (mens.eval.stats.paired: 0/1 scores, McNemar's exact test on the
+turns that differ). The gate guards exact and schema_valid (GUARDED): they must not regress
+with confidence.
 
 Equality follows the Berkeley Function-Calling Leaderboard's AST checker (bfcl/eval_checker/
 ast_eval/ast_checker.py), the subset that fits JSON arguments: the same number of calls, matched

@@ -12,10 +12,14 @@ needs (fewer prompts, another k, a guard task it did not run). Then:
     confidence (its whole interval below −max_regression); nor, when the held-out records use
     tools, the spoke's own tool_call/exact and tool_call/schema_valid (mens.eval.toolcalls).
   - **a floor**: a gain on fewer than `eval.min_items` items (default 20) is "too few to judge":
-    never significant, and the gate fails. Below 20 items the intervals are exact (a sign-flip
-    test, mens.eval.stats), so a user who lowers the floor gets a verdict that holds at that n —
-    one item can never pass, three flips of 0→1 neither (p = 1/8). The receipt records the
-    floor and whether it was lowered.
+    never significant, and the gate fails. 0/1 scores are judged exactly at every n (McNemar's
+    test on the items that differ), other scores exactly below 20 items (a sign-flip test,
+    mens.eval.stats), so a user who lowers the floor gets a verdict that holds at that n — one
+    item can never pass, three flips of 0→1 neither (p = 1/8). A second floor is on the items
+    that differ: an in-domain gain on fewer than 6 of them (at 95 %) is "too few to judge" at
+    any n — 4 flips of 0→1 among 100 prompts never pass (p = 1/16), 6 of 6 can. A guard is
+    not failed for it (items that barely differ bound the loss: its interval judges it). The
+    receipt records the floor and whether it was lowered.
   - **a guard that cannot judge fails the gate**: too few items, no interval (an lm-eval metric
     that is not a mean of per-document values — perplexity, corpus F1/BLEU — has none), or
     nothing scored (its oracle could not run here). A guard that could never fail would let any
@@ -38,7 +42,8 @@ from mens.errors import EXIT_OK, EXIT_REFUSED, ConfigError
 from mens.resources import CORPORA
 from mens.run.receipt import artifact_sha256, write_receipt
 from mens.run.rundir import RunDir
-from mens.eval.stats import confidently_below, items, significant, unjudgeable
+from mens.eval.stats import (confidently_below, items, significant, too_few_differ,
+                             unjudgeable)
 from mens.eval.toolcalls import is_guard as is_tool_guard, missing_guards as tool_guards_missing
 
 
@@ -168,11 +173,17 @@ def _own_verdict(own: dict, g, min_items: int, conf: float, reasons: list, metri
                        f"unverified is not passed")
         return f"cannot judge: {why} (n={n})"
     why = unjudgeable(gain, n, min_items)
+    p = f" (exact one-sided p of no gain: {gain['p']:.3g})" if gain.get("p") is not None else ""
     if why:
-        p = f" (exact one-sided p of no gain: {gain['p']:.3g})" if gain.get("p") is not None else ""
         reasons.append(f"{head}: gain {_pts(gain['value'])}, {why}{p} — the gate calls no gain "
                        f"significant without an interval on at least eval.min_items items; "
                        f"{FEWER}")
+        return why
+    why = too_few_differ(gain, n, conf)
+    if why:
+        reasons.append(f"{head}: gain {_pts(gain['value'])}, {why}{p} — however many items "
+                       f"agree, only those that differ can show a gain; score more items "
+                       f"(gate.max_prompts, more held-out data)")
         return why
     if significant(gain, g.min_gain, n, min_items):
         return f"significant (n={n})"

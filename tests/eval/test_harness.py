@@ -90,16 +90,15 @@ def test_run_tasks_numbers_per_doc_and_chat_choice(results, capsys):
 
 
 def test_benchmark_rows_paired_by_doc(results, task_dir):
-    from mens.eval.harness import EXACT, PAIRED, SINGLE, benchmark_rows
+    from mens.eval.harness import CLOPPER, MCNEMAR, benchmark_rows
 
     ev = _ev(task_dir)
     rows = benchmark_rows(results["base"], results["tuned"], ev)
     assert [r["name"] for r in rows] == [f"{MC}/acc", f"{MC}/acc_norm", f"{GEN}/exact_match"]
     for r in rows:
         task = results["tuned"]["tasks"][r["task"]]
-        # 20 documents: the paired bootstrap; 10: the exact sign-flip test
-        assert r["ci_method"] == (PAIRED if task["n"] == 20 else EXACT)
-        assert r["gain"]["method"] == ("bootstrap" if task["n"] == 20 else "exact")
+        # 0/1 scores (acc, exact_match): McNemar's exact test at 20 documents as at 10
+        assert r["ci_method"] == MCNEMAR and r["gain"]["method"] == "exact"
         assert r["group"] == "benchmark" and r["version"] == "1.0"
         assert r["n"] == task["n"] and r["spoke"] is None and r["higher_is_better"] is True
         for side in ("base", "tuned"):
@@ -118,7 +117,7 @@ def test_benchmark_rows_paired_by_doc(results, task_dir):
     assert benchmark_rows(results["base"], shuffled, ev) == rows
     # one model alone: its own interval, no delta
     alone = benchmark_rows(None, results["tuned"], ev)
-    assert all(r["ci_method"] == SINGLE and "delta" not in r and "base" not in r for r in alone)
+    assert all(r["ci_method"] == CLOPPER and "delta" not in r and "base" not in r for r in alone)
 
 
 def test_aggregate_only_metric_keeps_lm_eval_stderr(results, task_dir):
@@ -286,7 +285,7 @@ def group_results(models, group_dir):
 def test_a_group_is_resampled_over_its_subtasks_documents(group_results):
     """A group row (mmlu, bbh) has an interval: paired over its subtasks' documents, its value
     lm-eval's own aggregate — by size, or each subtask once (weight_by_size: false)."""
-    from mens.eval.harness import PAIRED, benchmark_rows
+    from mens.eval.harness import MCNEMAR, PAIRED, benchmark_rows
 
     ev, res = group_results
     rows = {r["name"]: r for r in benchmark_rows(res["base"], res["tuned"], ev)}
@@ -295,7 +294,9 @@ def test_a_group_is_resampled_over_its_subtasks_documents(group_results):
         assert info["subtasks"] == [f"{group}_lo", f"{group}_hi"]
         assert info["weight_by_size"] == {"acc": group == GROUP}
         r = rows[f"{group}/acc"]
-        assert r["n"] == 20 and r["ci_method"] == PAIRED and r["version"] == "2.0"
+        # by size: each document's 0/1 once (McNemar's); the macro mean weighs them (bootstrap)
+        assert r["n"] == 20 and r["version"] == "2.0"
+        assert r["ci_method"] == (MCNEMAR if group == GROUP else PAIRED)
         for side in ("base", "tuned"):
             lm = res[side]["groups"][group]["metrics"]["acc"]["value"]
             assert r[side]["value"] == pytest.approx(lm, abs=1e-12), (group, side)

@@ -1,6 +1,7 @@
 """mens.eval.stats below 20 items: the exact sign-flip interval against a brute-force
 enumeration of every sign pattern, and against scipy's exact binomial (sign) test; every interval
-carries its n; one model's 0/1 rate gets scipy's Clopper-Pearson interval."""
+carries its n; one model's 0/1 rate gets scipy's Clopper-Pearson interval. (0/1 scores at every
+n, McNemar's test and the floor on differing items: tests/gate/test_exact_floor.py.)"""
 from __future__ import annotations
 
 import itertools
@@ -55,15 +56,18 @@ def test_paired_0_1_scores_get_the_exact_sign_test():
 
 def test_every_interval_knows_its_n_and_how_it_was_made():
     for n in (1, 3, 19, 20, 40):
-        p = paired([0, 1] * (n // 2) + [0] * (n % 2), [1] * n)
+        p = paired([0, 1] * (n // 2) + [0] * (n % 2), [1] * n)      # 0/1: exact at every n
         assert p["n"] == n
         for part in ("base", "tuned", "delta", "gain"):
             assert p[part]["n"] == n, (n, part)
+        assert p["gain"]["method"] == "exact" and "p" in p["gain"]
+        p = paired([0.5, 1] * (n // 2) + [0] * (n % 2), [1] * n)    # other scores
         assert p["gain"]["method"] == ("exact" if n < EXACT_BELOW else "bootstrap")
         assert ("p" in p["gain"]) == (n < EXACT_BELOW)
     # one item: no interval at all (a zero-width one would claim certainty)
     one = paired([2.0], [1.0], higher_is_better=False, relative=True)
-    assert one["gain"] == {"value": 0.5, "ci": None, "n": 1, "method": "exact", "p": 0.5}
+    assert one["gain"] == {"value": 0.5, "ci": None, "n": 1, "method": "exact", "p": 0.5,
+                           "discordant": 1}
     assert one["base"]["ci"] is None
     assert paired([], [])["gain"] == {"value": None, "ci": None, "n": 0, "method": None}
 
@@ -73,14 +77,20 @@ def test_one_models_small_rate_is_clopper_pearson():
 
     r = interval([1, 1, 0, 1, 0])
     ci = binomtest(3, 5).proportion_ci(0.95, method="exact")
-    assert r == {"value": 0.6, "ci": [ci.low, ci.high], "n": 5, "method": "exact"}
-    assert interval([1] * 30)["method"] == "bootstrap"        # from 20 items: as before
+    assert r == {"value": 0.6, "ci": pytest.approx([ci.low, ci.high], abs=1e-12), "n": 5,
+                 "method": "exact"}
+    assert interval([1] * 30)["method"] == "exact"            # 0/1: at every n (issue #49)
+    assert interval([0.5, 1] * 15)["method"] == "bootstrap"   # other scores: from 20 items
 
 
 def test_verdicts_show_n_and_the_floor():
     strong = {"n": 3, **paired([0] * 3, [1] * 3)}
     assert verdict(strong, 20) == "too few to judge: n=3 < eval.min_items=20"
-    assert unjudgeable(strong["gain"], 3, 1) == \
+    assert verdict(strong, 1) == ("too few to judge: 3 of 3 items differ between base and tuned "
+                                  "< 6, the fewest an exact paired test at 95% can tell from "
+                                  "chance")
+    small = paired([2.0, 3.0, 4.0], [1.0, 2.0, 3.0])        # other scores: sign flips, no bound
+    assert unjudgeable(small["gain"], 3, 1) == \
         "cannot judge: no interval (n=3: too few items for an exact bound)"
     assert verdict({"n": 20, **paired([0] * 20, [1] * 20)}, 20) == "better (n=20)"
     assert verdict({"n": 20, **paired([1] * 20, [0] * 20)}, 20) == "worse (n=20)"

@@ -112,7 +112,8 @@ def test_a_group_guard_fails_when_the_tuned_model_loses_on_its_subtasks(tiny_run
     guards = {r["name"]: r for r in receipt["guards"]}
     assert set(guards) == {f"{GROUP}/acc", f"{MCC}/mcc"}      # the group, not its subtasks
     grp = guards[f"{GROUP}/acc"]
-    assert grp["n"] == 20 and grp["ci_method"] == "paired bootstrap over documents"
+    assert grp["n"] == 20 and grp["ci_method"] == ("McNemar's exact test over the "
+                                                 "documents that differ (0/1 scores)")
     assert grp["base"]["value"] == 1.0 and grp["tuned"]["value"] <= 0.1
     assert grp["gain"]["ci"][1] < -0.05 and grp["verdict"] == "a confident loss (n=20)"
     assert any(r.startswith(f"benchmark {GROUP}/acc: loses +") and "over 20 items" in r

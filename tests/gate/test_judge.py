@@ -35,7 +35,7 @@ def test_a_clear_gain_passes_and_noise_is_not_significant():
     assert reasons == ["guard task arc_easy: no result in eval.json"]   # the only one
     noisy = row("in_domain", "vox_lang/pass@1", "pass@1", [0, 1] * 20, [1, 0] * 19 + [1, 1])
     verdict, reasons, *_ = judge(result([noisy]), SimpleNamespace(**{**vars(G), "guard_tasks": []}))
-    assert verdict == "fail" and "not significant" in reasons[0] and "95% interval [-0.275, +0.350]" in reasons[0]
+    assert verdict == "fail" and "not significant" in reasons[0] and "95% interval [-0.304, +0.351]" in reasons[0]
 
 
 def test_a_confident_collateral_loss_fails_and_a_small_one_does_not():
@@ -84,7 +84,7 @@ def test_at_the_floor_auto_gates_the_loss_and_says_why():
             "check": "vox_parses"}
     verdict, reasons, own, _, metric, why = judge(result([some, loss]), g)
     assert metric == "pass@1" and why is None and verdict == "fail"
-    assert "a confident loss" in reasons[0] or "not significant" in reasons[0]
+    assert "too few to judge: 1 of 40 items differ between base and tuned < 6" in reasons[0]
 
 
 # --- the floor: eval.min_items (issue #37) ------------------------------------------------------
@@ -115,22 +115,25 @@ def test_a_gate_over_1_3_or_19_items_never_says_significant_with_the_defaults():
     # three prompts that each flip 0 → 1: the exact sign test's one-sided p is 1/8, said
     _, reasons, *_ = judge(result(strongest(3)[:1]), NO_GUARDS)
     assert "(exact one-sided p of no gain: 0.125)" in reasons[0]
-    # from 20 items it behaves as before: the same data pass on the bootstrap interval
+    # from 20 items the same data pass, on McNemar's exact interval (issue #49: the
+    # bootstrap's was the zero-width [1, 1])
     verdict, reasons, own, *_ = judge(result(strongest(20)), NO_GUARDS)
     assert verdict == "pass" and reasons == [] and own["verdict"] == "significant (n=20)"
-    assert own["gain"]["method"] == "bootstrap" and own["gain"]["ci"] == [1.0, 1.0]
+    assert own["gain"]["method"] == "exact" and 0.5 < own["gain"]["ci"][0] < 1.0
 
 
 def test_a_lowered_floor_judges_small_n_exactly():
-    """eval.min_items=1: the exact sign-flip test decides. No bound exists below 6 items at 95 %
-    (2^5 sign patterns: p ≥ 1/32 > 0.025), so 1, 3 and 5 items cannot pass whatever they show;
-    6 or 19 items that all gain do (p = 1/64, 2^-19); 3 flips among 19 items do not (p = 1/8)."""
+    """eval.min_items=1: the exact test decides (McNemar's on 0/1 scores). Below 6 differing
+    items at 95 % no exact test can call a gain (p ≥ 1/32 > 0.025), so 1, 3 and 5 items cannot
+    pass whatever they show — too few differ to judge; 6 or 19 items that all gain do (p =
+    1/64, 2^-19); 3 flips among 19 items do not (p = 1/8)."""
     for n, verdict, p in ((1, "fail", 0.5), (3, "fail", 0.125), (5, "fail", 1 / 32),
                           (6, "pass", 1 / 64), (19, "pass", 2 ** -19)):
         got, reasons, own, *_ = judge(result(strongest(n)[:1]), NO_GUARDS, min_items=1)
         assert got == verdict and own["gain"]["p"] == pytest.approx(p), (n, reasons)
         if verdict == "fail":
-            why = f"cannot judge: no interval (n={n}: too few items for an exact bound)"
+            why = (f"too few to judge: {n} of {n} items differ between base and tuned < 6, the "
+                   f"fewest an exact paired test at 95% can tell from chance")
             assert own["verdict"] == why
             assert f", {why} (exact one-sided p of no gain" in reasons[0]
         else:
@@ -138,7 +141,7 @@ def test_a_lowered_floor_judges_small_n_exactly():
     few = row("in_domain", "vox_lang/pass@1", "pass@1", [0] * 19, [0] * 16 + [1] * 3)
     got, reasons, own, *_ = judge(result([few]), NO_GUARDS, min_items=1)
     assert got == "fail" and own["gain"]["p"] == pytest.approx(0.125)
-    assert own["verdict"] == "not significant (n=19)" and "over 19 prompts" in reasons[0]
+    assert own["verdict"].startswith("too few to judge: 3 of 19 items differ")
 
 
 def test_a_guard_that_cannot_judge_fails_the_gate():
