@@ -82,7 +82,8 @@ def rate(cfg: DictConfig, spec, plan) -> tuple[Cost | None, str]:
                               getattr(plan, "world_size", 1), {"assumed_mfu": mfu},
                               roofline=False, assumed_from="cloud.mfu",
                               comm_s=(getattr(plan, "communication", None) or {}).get(
-                                  "s_per_micro_step") or 0.0)   # the plan's, as without mfu
+                                  "s_per_micro_step") or 0.0,   # the plan's, as without mfu
+                              accum=plan.grad_accum)   # grpo samples once per window
         return cost, f"ASSUMED {mfu:.0%} MFU of the tier's dense bf16 TFLOPS (cloud.mfu)"
     return cost_of(plan), (plan.speed or {}).get("how", "")
 

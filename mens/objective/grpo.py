@@ -271,6 +271,20 @@ class Grpo(Objective):
                         rng=self.rng, encoder=self.encoder,
                         max_prompt_tokens=int(self.spec.train.seq_len) - T, tools=tools)
 
+    def sample(self, model, heads: list, G: int, T: int, tools: list) -> Rollout:
+        """The window's rollout in calls of lane.grpo.generation_batch_size rows — the rule
+        the planner sized the generation phase by (mens.plan.rl.calls; null, a spec from a mens
+        before the key: the whole window in one call) — joined in order."""
+        from mens.objective.sampling import concat
+        from mens.plan.rl import calls
+
+        rows = getattr(self.lane.grpo, "generation_batch_size", None)
+        rolls, i = [], 0
+        for k in calls(len(heads), rows, G):
+            rolls.append(self.rollout(model, heads[i:i + k], G, T, tools[i:i + k]))
+            i += k
+        return concat(rolls)
+
     def score(self, recs: list, heads: list, texts: list, G: int):
         """Rewards of the window's answers (mens.objective.rewards.Rewards), G per record."""
         from mens.objective.rewards import oracle_rewards
@@ -296,7 +310,7 @@ class Grpo(Objective):
         recs = [self.records[i] for i, _ in flat]
         heads = [prompt_head(r) for r in recs]
         self.sampler(ctx, next(ctx.model.parameters()).device)
-        roll = self.rollout(ctx.model, heads, G, T, [r.get("tools") for r in recs])
+        roll = self.sample(ctx.model, heads, G, T, [r.get("tools") for r in recs])
         real_p = [not rep for _, rep in flat]
         real = torch.tensor(real_p).repeat_interleave(G)                        # (N,)
         keep = [i for i, ok in enumerate(real.tolist()) if ok]

@@ -37,6 +37,49 @@ class Rollout:
         return torch.cat([self.prompt_mask, self.completion_mask], dim=1)
 
 
+def concat(rolls: list) -> Rollout:
+    """One Rollout of a window sampled in several calls (mens.plan.rl.calls), rows in call
+    order: prompts left-padded and completions right-padded to the widest (mask 0 there, the
+    id the rows already pad with); a server's rollouts (ServerRollout) keep their log-probs (0
+    past the end), the reload the first call made and the calls' seconds summed."""
+    import dataclasses
+    import math
+
+    import torch
+    import torch.nn.functional as F
+
+    if len(rolls) == 1:
+        return rolls[0]
+    first = rolls[0]
+
+    def fill(ids, mask) -> int:   # the id a rollout pads with (0 when it pads nowhere)
+        pad = ids[mask == 0]
+        return int(pad[0]) if pad.numel() else 0
+    P = max(r.prompt_ids.shape[1] for r in rolls)
+    T = max(r.completion_ids.shape[1] for r in rolls)
+    p_pad, c_pad = fill(first.prompt_ids, first.prompt_mask), \
+        fill(first.completion_ids, first.completion_mask)
+
+    def cat(name: str, width: int, left: bool, value) -> "torch.Tensor":
+        return torch.cat([F.pad(getattr(r, name), (width - getattr(r, name).shape[1], 0) if left
+                                else (0, width - getattr(r, name).shape[1]), value=value)
+                          for r in rolls])
+    out = {"prompt_ids": cat("prompt_ids", P, True, p_pad),
+           "prompt_mask": cat("prompt_mask", P, True, 0),
+           "completion_ids": cat("completion_ids", T, False, c_pad),
+           "completion_mask": cat("completion_mask", T, False, 0),
+           "texts": [t for r in rolls for t in r.texts],
+           "lengths": [n for r in rolls for n in r.lengths],
+           "eos": [e for r in rolls for e in r.eos],
+           "truncated": sum(r.truncated for r in rolls)}
+    if getattr(first, "sampling_logps", None) is not None:    # a server's (rollout_server)
+        secs = [r.reload_s for r in rolls if not math.isnan(r.reload_s)]
+        out.update(sampling_logps=cat("sampling_logps", T, False, 0.0),
+                   reload_s=sum(secs) if secs else math.nan,
+                   generate_s=sum(r.generate_s for r in rolls))
+    return dataclasses.replace(first, **out)
+
+
 def prompt_ids(tokenizer, messages: list[dict], encoder=None, tools=None) -> list[int]:
     """A chat prompt's ids with the generation prompt: the run's encoder (mens.data.encoder,
     the template training used) when given, else the tokenizer's own chat template. tools: the

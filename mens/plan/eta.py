@@ -140,9 +140,11 @@ def eta(cfg, spec, plan) -> dict | None:
 
 
 def oracle_time(cost: Cost, spec, plan) -> dict | None:
-    """grpo's oracle per micro-step: what it typically takes (the dev host's measurement, or
+    """grpo's oracle per micro-step (`s`, `bound_s`: the cost's unit) — one call per optimizer
+    step judges its window's answers (mens.objective.grpo.Grpo.open_window), so a micro-step
+    carries 1/grad_accum of it: what the call typically takes (the dev host's measurement, or
     the warm start's own telemetry when it was a grpo run on the same check) and its bound —
-    the micro-step's answers judged by ORACLE_WORKERS processes, each answer allowed
+    the window's answers judged by ORACLE_WORKERS processes, each answer allowed
     grpo.oracle_timeout_s before it is killed (mens.synth.oracle: per record)."""
     import math
 
@@ -150,17 +152,19 @@ def oracle_time(cost: Cost, spec, plan) -> dict | None:
     if "oracle" not in cost.parts:
         return None
     grpo = spec.lane.grpo
-    answers = plan.shape.micro_batch * int(grpo.num_generations)
+    accum = int(plan.grad_accum)
+    answers = plan.shape.micro_batch * accum * int(grpo.num_generations)
     timeout = float(grpo.oracle_timeout_s)
-    out = {"answers_per_micro_step": answers, "timeout_s": timeout, "workers": ORACLE_WORKERS,
-           "bound_s": math.ceil(answers / ORACLE_WORKERS) * timeout,
+    window_s = math.ceil(answers / ORACLE_WORKERS) * timeout
+    out = {"answers_per_window": answers, "grad_accum": accum, "timeout_s": timeout,
+           "workers": ORACLE_WORKERS, "bound_window_s": window_s, "bound_s": window_s / accum,
            "bound_how": f"ceil({answers} answers / {ORACLE_WORKERS} oracle processes) × "
-                        f"grpo.oracle_timeout_s={timeout:g} s per micro-step" +
+                        f"grpo.oracle_timeout_s={timeout:g} s per optimizer step's window" +
                         (" (partial rewards judge each answer's pieces too: more)"
                          if grpo.reward == "partial" else "")}
     seen = warm_start_latency(spec.train.init_adapter, spec.spoke.admission.check)
     if seen:
-        out.update(s=seen["s_per_answer"] * answers, measured=seen["how"])
+        out.update(s=seen["s_per_answer"] * answers / accum, measured=seen["how"])
     return out
 
 

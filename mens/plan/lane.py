@@ -47,6 +47,11 @@ def lane_model(lane, precision: str, init_adapter: str | None = None, check: str
         reference_copy=bool(copy), oracle_mib=oracle_mib,
         generation_where=rl.generation_where(section(lane, c.name))
         if "generation" in c.memory_terms else "local",
+        # grpo samples its window in calls of lane.grpo.generation_batch_size rows (0: the
+        # planner picks), each within a rollout server's cap (mens.plan.rl)
+        generation_batch=rl.asked_rows(section(lane, c.name)) if c.name == "grpo" else 0,
+        **(dict(zip(("server_max_batch_tokens", "server_max_rows"),
+                    rl.server_caps(section(lane, c.name)))) if c.name == "grpo" else {}),
         **(distill_terms(lane) if "teacher" in c.memory_terms else {}))
 
 

@@ -55,6 +55,12 @@ class LaneModel:
     # where its rollouts are generated (mens.plan.rl.GENERATIONS): local (HF generate in the
     # training process) | server (an OpenAI-compatible server on this device: its own weights)
     generation_where: str = "local"
+    # rows of one generate call (lane.grpo.generation_batch_size as asked; 0: the planner
+    # picks, mens.plan.planner), and a server's caps on one request: its rows × (prompt +
+    # answer) tokens (serve.max_batch_tokens) and its rows (mens.plan.rl.server_caps; 0: none)
+    generation_batch: int = 0
+    server_max_batch_tokens: int = 0
+    server_max_rows: int = 0
     # distill: the teacher's architecture (its weights and its forward: distill_teacher), and
     # whether some steps score the data's whole rows (lmbda < 1 without seq_kd)
     teacher: "Arch | None" = None
@@ -74,6 +80,9 @@ class Shape:
     micro_batch: int
     checkpointing: bool
     packing: bool
+    # an objective that samples (grpo): the rows of one generate call — its window (micro_batch
+    # × grad_accum prompts × G) split by mens.plan.rl.calls; None: one micro-batch's rows
+    generation_rows: int | None = None
 
 
 def nf4_bytes_per_param(double_quant: bool, blocksize: int, bits: int = 4) -> float:
@@ -259,8 +268,10 @@ def components(arch: Arch, lane: LaneModel, shape: Shape, backend: str,
         comps["communication"] = int(comm)
     if lane.generation_tokens or lane.reference_copy or lane.oracle_mib:
         scores = m["attn_scores_materialised"].get(backend, True) or paths["attention"] == "eager"
-        comps.update(sampling(arch, lane, b, s, wb, backend, comps, reference_copy, scores,
-                              p["total"] * wb, trainable))
+        # generation samples one call's rows (the window's, split: mens.plan.rl.calls), the
+        # training passes one micro-batch's
+        comps.update(sampling(arch, lane, shape.generation_rows or b, s, wb, backend, comps,
+                              reference_copy, scores, p["total"] * wb, trainable))
         if head:
             comps["reference_logits"] = int(head["reference_logits"])
     if lane.teacher is not None:
@@ -300,21 +311,23 @@ def sampling(arch: Arch, lane: LaneModel, rows: int, s: int, wb: int, backend: s
              base_bytes: int = 0, trainable: int = 0) -> dict[str, int]:
     """What an objective that samples in its step (grpo) adds (mens.plan.rl names each term).
 
-    generation: HF generate (no grad) holds the KV cache of every row — rows = prompts ×
-    num_generations, each at most seq_len = prompt + max_completion (the prompt is cut to fit) —
+    generation: HF generate (no grad) holds the KV cache of every row of one call — rows = the
+    call's prompts × num_generations (Shape.generation_rows), each at most seq_len = prompt +
+    max_completion (the prompt is cut to fit) —
     one prefill layer's transients and each decode step's sampling logits. It runs before the
     step's forward, so it adds only what exceeds the step's own transients (activations,
     checkpoints, logits, mask), which are not yet allocated while it runs. With
     generation=server it is the server's: `server` counts the server on this device (its own
-    base weights and adapter, and the same generation phase, held for the whole run).
+    base weights and adapter, and one request's generation — the same rows, one step's logits
+    and the sampled tokens' log-probs: rl.server_generation_bytes — held for the whole run).
     reference_copy: a frozen deepcopy of the model (full, or a run from an init adapter).
     oracle_procs: the oracle's child processes run beside training — host memory, counted where
     host memory is the budget (cpu)."""
-    gen = rl.generation_bytes(arch, rows, s, lane.generation_tokens, wb, scores) \
-        if lane.generation_tokens else {}
+    server = lane.generation_where == "server"
+    gen = (rl.server_generation_bytes if server else rl.generation_bytes)(
+        arch, rows, s, lane.generation_tokens, wb, scores) if lane.generation_tokens else {}
     transients = sum(step[k] for k in ("activations", "large_activations", "checkpoints",
                                        "logits", "packing_mask"))
-    server = lane.generation_where == "server"
     out = {"generation": 0 if server else int(max(0, sum(gen.values()) - transients)),
            "reference_copy": int(reference_copy),
            "oracle_procs": int(lane.oracle_mib * 2**20) if backend == "cpu" else 0}

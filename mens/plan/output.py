@@ -77,6 +77,11 @@ def write_spec(run: RunDir, spec) -> None:
 def refusal_message(spec, plan: Plan) -> str:
     s = plan.shape
     ways = "; ".join(plan.ways_out) or "none found among the named tiers and rungs"
+    blocked = (plan.sampling or {}).get("generation_blocked")
+    if blocked:   # memory is not what stops it: the rollout server's cap is
+        return (f"the plan refuses: {blocked}. Ways out: lower train.micro_batch or "
+                f"lane.grpo.generation_batch_size (a multiple of lane.grpo.num_generations), "
+                f"shorten train.seq_len, or use lane.grpo.generation=local.")
     return (f"the plan refuses: {spec.rung.name} on {spec.hw.name} with lane "
             f"{lane_label(spec.lane)} "
             f"needs at least {plan.peak_bytes / GiB:.2f} GiB (smallest shape tried: seq_len "
@@ -232,8 +237,14 @@ def sampling_lines(d: dict | None) -> list[str]:
         where = ("SETS THE PEAK: above the training transients " if d["generation_sets_peak"]
                  else "below the training transients ") + \
             f"({d['training_transients_bytes'] / GiB:.3f} GiB) it precedes"
+    calls = (f"{d['generation_calls']} generate calls of ≤ {d['generation_rows']} rows"
+             if d["generation_calls"] > 1 else f"one generate call of {d['generation_rows']} rows")
     return [
-        f"sampling memory ({d['rows']} rows = micro_batch × G {d['group']}, prompt ≤ "
+        f"sampling: each optimizer step samples its window's {d['window_rows']} rows in {calls} "
+        f"(lane.grpo.generation_batch_size={d['generation_rows']}: {d['generation_why']})" +
+        (f"; REFUSED: {d['generation_blocked']}" if d.get("generation_blocked") else ""),
+        f"sampling memory (one call's {d['generation_rows']} rows; a training pass "
+        f"{d['rows']} rows = micro_batch × G {d['group']}; prompt ≤ "
         f"{d['prompt_tokens']} + completion {d['completion_tokens']} tokens):",
         f"  generation {peak / GiB:.3f} GiB: KV cache {g['kv_cache'] / GiB:.3f} "
         f"({d['formulas']['kv_cache']}) + its growth {g['kv_growth'] / GiB:.3f} + prefill "

@@ -15,7 +15,7 @@ from mens.errors import ConfigError
 from mens.plan.memory import (DTYPE_BYTES, GiB, Arch, LaneModel, Shape, cell_key, components, contract_paths,
                               load_contract, min_margin, predict, usable_cell)
 from mens.plan.comm import Link, communication, scaling
-from mens.plan.rl import breakdown as rl_breakdown
+from mens.plan.rl import breakdown as rl_breakdown, generation_rows as rl_generation_rows
 from mens.plan.speed import estimate as estimate_speed, objective_cost
 
 
@@ -163,6 +163,29 @@ def predict_shape(req: PlanRequest, shape: Shape, contract: Mapping | None = Non
     return {"cell": key, **predict(comps, cell, margin)}
 
 
+def generation_shape(req: PlanRequest, shape: Shape, accum: int,
+                     contract: Mapping) -> tuple[Shape, dict, str, str]:
+    """(shape, prediction, why, blocked): the shape with the rows of one generate call of an
+    objective that samples its window (Shape.generation_rows, chosen by
+    mens.plan.rl.generation_rows against this request's budget); blocked: why it cannot run
+    whatever its memory, else ""."""
+    lane = req.lane
+    if not (lane.generation_tokens and lane.objective == "grpo"):
+        return shape, predict_shape(req, shape, contract), "", ""
+    preds: dict[int, dict] = {}
+
+    def peak(rows: int) -> int:
+        if rows not in preds:
+            preds[rows] = predict_shape(req, replace(shape, generation_rows=rows), contract)
+        return preds[rows]["peak_bytes"]
+    rows, why, blocked = rl_generation_rows(
+        peak, req.budget_bytes, shape.micro_batch, accum, lane.rows_per_record, shape.seq_len,
+        lane.generation_batch, *((lane.server_max_batch_tokens, lane.server_max_rows)
+                                 if lane.generation_where == "server" else (0, 0)))
+    peak(rows)
+    return replace(shape, generation_rows=rows), preds[rows], why, blocked
+
+
 def plan(req: PlanRequest) -> Plan:
     """The shape to train with, on one device or (world_size > 1) per device, the strategy
     chosen when it is auto: LoRA lanes replicate the frozen base (ddp); the full lane replicates
@@ -195,18 +218,18 @@ def _plan(req: PlanRequest) -> Plan:
     chosen = smallest = None
     for ckpt in ckpts:                       # checkpointing only when nothing fits without it
         for micro, accum in batches:         # largest micro-batch first
-            shape = Shape(req.seq_len, micro, ckpt, req.packing)
-            pred = predict_shape(req, shape, contract)
-            ok = pred["peak_bytes"] <= req.budget_bytes
+            shape, pred, why, blocked = generation_shape(
+                req, Shape(req.seq_len, micro, ckpt, req.packing), accum, contract)
+            ok = pred["peak_bytes"] <= req.budget_bytes and not blocked
             trials.append(Trial(micro, ckpt, pred["peak_bytes"], ok))
             if smallest is None or pred["peak_bytes"] < smallest[2]["peak_bytes"]:
-                smallest = (shape, accum, pred)
+                smallest = (shape, accum, pred, why, blocked)
             if ok:
-                chosen = (shape, accum, pred)
+                chosen = (shape, accum, pred, why, blocked)
                 break
         if chosen:
             break
-    shape, accum, pred = chosen or smallest
+    shape, accum, pred, why, blocked = chosen or smallest
     counts = req.arch.params()
     p = counts["total"]
     trainable = p if req.lane.kind == "full" else req.arch.lora_params(
@@ -217,7 +240,7 @@ def _plan(req: PlanRequest) -> Plan:
                          contract["model"]["trainable_bytes"])
     comm_s = (comm or {}).get("s_per_micro_step") or 0.0
     cost = objective_cost(req.arch, req.lane, shape, req.tflops, req.bandwidth_gbs,
-                          req.world_size, contract["speed"], comm_s=comm_s)
+                          req.world_size, contract["speed"], comm_s=comm_s, accum=accum)
     rows = shape.micro_batch * card(req.lane.objective).step_cost(
         req.lane.rows_per_record, req.lane.reference).grad[0]
     speed = estimate_speed(req.arch, req.lane, shape, req.tflops, req.bandwidth_gbs,
@@ -231,7 +254,8 @@ def _plan(req: PlanRequest) -> Plan:
             paths["attention"] == "eager"
         sampling = rl_breakdown(req.arch, req.lane, shape.micro_batch, shape.seq_len,
                                 pred["components"], m["logits_fp32_copies"], scores,
-                                DTYPE_BYTES[req.lane.precision])
+                                DTYPE_BYTES[req.lane.precision], shape.generation_rows,
+                                accum, why, blocked)
     return Plan(
         verdict="fits" if chosen else "refuses", shape=shape, grad_accum=accum,
         global_batch=shape.micro_batch * accum * req.world_size, cell=pred["cell"],
@@ -276,6 +300,12 @@ def ways_out(req: PlanRequest, *, rungs: Mapping[str, Arch] = {},
     if req.checkpointing is False and (p := fits(replace(req, checkpointing=None))):
         out.append(f"turn on gradient checkpointing (`lane.gradient_checkpointing=auto`): "
                    f"predicted {_gb(p.peak_bytes)}")
+    if req.lane.generation_batch and (p := fits(replace(req, lane=replace(
+            req.lane, generation_batch=0)))):
+        out.append(f"let mens size the generation batch "
+                   f"(`lane.grpo.generation_batch_size=null`): "
+                   f"{p.shape.generation_rows} rows per generate call, predicted "
+                   f"{_gb(p.peak_bytes)}")
     if (req.micro_batch or req.grad_accum) and (p := fits(loose)):
         out.append(f"let mens size the batch (`train.micro_batch=auto train.grad_accum=auto`): "
                    f"micro_batch {p.shape.micro_batch}, predicted {_gb(p.peak_bytes)}")

@@ -261,6 +261,8 @@ def compile_run(cfg: DictConfig, purpose: str = "plan") -> tuple[RunSpec, Plan]:
     t.seq_len, t.micro_batch, t.grad_accum = seq_len, p.shape.micro_batch, p.grad_accum
     t.global_batch = p.global_batch
     lane.gradient_checkpointing = p.shape.checkpointing
+    if p.shape.generation_rows:   # grpo's rows per generate call, as planned (mens.plan.rl)
+        lane.grpo.generation_batch_size = p.shape.generation_rows
     cfg.hw.strategy = p.strategy
     if p.strategy_why and world > 1:
         notes.append(f"strategy {p.strategy_why}")

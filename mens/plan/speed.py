@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import Mapping
 
 from mens.config.objectives import ORACLE_WORKERS, card
+from mens.plan import rl
 from mens.plan.memory import DTYPE_BYTES, Arch, LaneModel, Shape, nf4_bytes_per_param
 
 # What an objective's step spends beyond its training rows (objective_cost), each said in the
@@ -47,7 +48,7 @@ DECODE_SOURCE = ("from the PyTorch blog 'Accelerating Generative AI with PyTorch
                  "(2023): eager Llama-7B decodes 25.5 tokens/s on an A100 at batch 1, 39 ms per "
                  "token over 32 layers, ~7 ms of it reading the weights; HF generate through "
                  "unmerged LoRA adapters launches more kernels: likely slower")
-# The oracle's verdicts on one micro-batch's samples (mens.objective.rewards.oracle_rewards:
+# The oracle's verdicts on one window's samples (mens.objective.rewards.oracle_rewards:
 # ORACLE_WORKERS child processes): most of it is the children's start.
 ORACLE_S_PER_CALL = 0.25
 # A served distillation teacher (lane.distill.teacher_url): one /v1/completions scoring request
@@ -285,12 +286,15 @@ def objective_cost(arch: Arch, lane: LaneModel, shape: Shape, tflops: float | No
                    bandwidth_gbs: float | None, world: int, model: Mapping, *,
                    roofline: bool = True,
                    assumed_from: str = "the contract's speed.assumed_mfu",
-                   comm_s: float = 0.0) -> Cost | None:
+                   comm_s: float = 0.0, accum: int = 1) -> Cost | None:
     """The time one micro-batch of `shape.micro_batch` records takes under the lane's
     objective (its card's StepCost: rows, passes, reference, sampling, oracle), from the speed
     model's η and τ, and `comm_s` of gradient communication per device and micro-step
     (mens.plan.comm: its own part, not overlapped). roofline=False: training passes at FLOPs
-    alone (cloud.mfu)."""
+    alone (cloud.mfu). Sampling and the oracle run once per optimizer step for its window of
+    `accum` micro-batches (mens.objective.grpo.Grpo.open_window), the window's rows in
+    generate calls of shape.generation_rows (mens.plan.rl.calls): a micro-step's share is
+    1/accum of the window's."""
     if not tflops:
         return None
     eta, tau, how, fitted = basis(lane.kind, model, assumed_from)
@@ -314,13 +318,15 @@ def objective_cost(arch: Arch, lane: LaneModel, shape: Shape, tflops: float | No
                                          bandwidth_gbs if roofline else None, eta, tau,
                                          bandwidth_gbs)
         parts["step_forward"] = (fx.forward(c.forward * b, S, head), "token", latency)
+    G, window = c.samples, b * accum               # the window's prompts (one device)
+    calls = rl.calls(window, shape.generation_rows or G * b, G) if G else []
     if c.samples:
         P = max(S - T, 1)                          # rows planned at seq_len: prompt ≤ S − T
-        parts["generation"] = (px.forward(c.samples * b, P, 1) + px.decode(c.samples * b, P, T),
-                               "record", "assumed")
+        one = {k: px.forward(k * G, P, 1) + px.decode(k * G, P, T) for k in set(calls)}
+        parts["generation"] = (sum(one[k] for k in calls) / accum, "record", "assumed")
     oracle = c.oracle and lane.oracle_mib > 0      # no oracle processes: the teacher judges
-    if oracle:
-        parts["oracle"] = (ORACLE_S_PER_CALL, "record", "measured on a dev host")
+    if oracle:   # one call judges the window's answers
+        parts["oracle"] = (ORACLE_S_PER_CALL / accum, "record", "measured on a dev host")
     if comm_s:   # DDP's all-reduce / FSDP2's gathers and reduce-scatters (mens.plan.comm)
         parts["communication"] = (comm_s, "token", "link figures cited, no overlap assumed")
     if c.reference:
@@ -355,13 +361,18 @@ def objective_cost(arch: Arch, lane: LaneModel, shape: Shape, tflops: float | No
                        f"bandwidth each step")
         assumed.append(f"sampling planned at seq_len {S}: prompts of up to {S - T} tokens, every "
                        f"completion run to max_completion_length {T} (an upper bound)")
+        assumed.append(f"sampled once per optimizer step: the window's {window * G} rows "
+                       f"(micro_batch {b} × grad_accum {accum} × G {G}) in {len(calls)} "
+                       f"generate call(s) of ≤ {max(calls, default=0) * G} rows, and the "
+                       f"oracle called once for them: each micro-step carries 1/{accum}")
         if lane.generation_where == "server":
             assumed.append("lane.grpo.generation=server: decoding timed as in-process generate "
                            "(mens serve runs the same transformers generate; a vLLM server "
                            "decodes faster — unmeasured), the adapter's reload per step not "
                            "counted")
         if oracle:
-            measured.append(f"oracle: {ORACLE_S_PER_CALL:g} s per micro-batch ({ORACLE_SOURCE})")
+            measured.append(f"oracle: {ORACLE_S_PER_CALL:g} s per call, one per window "
+                            f"({ORACLE_SOURCE})")
         else:
             assumed.append("rewards from the teacher (grpo.reward=teacher): its latency is "
                            "NOT in this estimate")

@@ -23,14 +23,17 @@ def plan_eta(compose, *extra):
 
 
 def test_oracle_bound_is_every_answer_at_its_timeout(compose):
-    spec, plan, e = plan_eta(compose)
+    """One oracle call per optimizer step judges its window's answers (micro_batch × grad_accum
+    prompts × G: Grpo.open_window): the bound is the window's, a micro-step carrying
+    1/grad_accum of it."""
+    spec, plan, e = plan_eta(compose, "train.micro_batch=2", "train.grad_accum=4")
     o = e["oracle"]
-    answers = plan.shape.micro_batch * 8
-    assert o["answers_per_micro_step"] == answers
+    answers = 2 * 4 * 8
+    assert o["answers_per_window"] == answers
     bound_s = math.ceil(answers / ORACLE_WORKERS) * 5.0
-    assert o["bound_s"] == bound_s
-    micro_steps = e["records"] / (plan.shape.micro_batch * plan.world_size)
-    assert o["bound_hours"] == pytest.approx(micro_steps * bound_s / 3600, rel=1e-4)
+    assert o["bound_window_s"] == bound_s and o["bound_s"] == bound_s / 4
+    windows = e["records"] / (2 * 4 * plan.world_size)
+    assert o["bound_hours"] == pytest.approx(windows * bound_s / 3600, rel=1e-4)
     # the upper end swaps the typical oracle time for the bound, every other part alike
     typical = e["hours_by_part"]["oracle"]
     assert o["hours_upper"] == pytest.approx(e["hours"] - typical + o["bound_hours"], abs=1e-5)
@@ -52,7 +55,9 @@ def test_the_warm_starts_measured_latency_replaces_the_dev_hosts(compose, tmp_pa
     spec, plan, e = plan_eta(compose, f"train.init_adapter={run / 'adapter'}")
     o = e["oracle"]
     per_answer = 3.0 / 48
+    # per micro-step: 1/grad_accum of the window's answers
     assert o["s"] == pytest.approx(per_answer * plan.shape.micro_batch * 8)
+    assert o["s"] * plan.grad_accum == pytest.approx(per_answer * o["answers_per_window"])
     micro_steps = e["records"] / (plan.shape.micro_batch * plan.world_size)
     assert e["hours_by_part"]["oracle"] == pytest.approx(micro_steps * o["s"] / 3600, rel=1e-4)
     assert "62.5 ms per answer" in o["measured"]

@@ -116,4 +116,4 @@ def test_the_printed_plan_and_plan_json_carry_it(tmp_path, mens_cli):
     assert "a frozen copy of the model" in s["reference"] and plan["components"]["reference_copy"] > 0
     # the oracle's bound in the ETA
     assert "if every answer ran to its timeout" in out
-    assert "grpo.oracle_timeout_s=5 s per micro-step" in out and "the ETA's upper end" in out
+    assert "grpo.oracle_timeout_s=5 s per optimizer step's window" in out and "the ETA's upper end" in out

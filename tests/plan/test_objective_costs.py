@@ -161,7 +161,7 @@ def test_the_printed_plan_says_what_is_measured_and_what_assumed(mens_cli, tmp_p
     assert ("objective grpo: per record 4 sampled completions of 64 tokens decoded token by "
             "token + 4 policy rows (forward + backward) + 4 reference forwards") in out
     assert "policy rows" in out and "(rate measured)" in out and "generation" in out
-    assert "measured: oracle: 0.25 s per micro-batch (measured on mens's 2-core" in out
+    assert "measured: oracle: 0.25 s per call, one per window (measured on mens's 2-core" in out
     assert "assumed: decoding: 1 ms per layer per token step, from the PyTorch blog" in out
     assert "ETA: ~" in out and "generation" in out.split("ETA: ~")[1]
     plan = json.loads((tmp_path / "p" / "plan.json").read_text())
@@ -172,8 +172,10 @@ def test_the_printed_plan_says_what_is_measured_and_what_assumed(mens_cli, tmp_p
 
 
 def test_grpos_eta_includes_its_generation(compose):
-    """Each micro-batch of 4 prompts decodes 64 token steps through 28 layers at the assumed
-    latency at least: the ETA's generation is no less than that over every record."""
+    """Each optimizer step's window (micro_batch 4 × grad_accum 4 = 16 prompts, sampled in one
+    generate call of 64 rows: Grpo.open_window) decodes 64 token steps through 28 layers at
+    the assumed latency at least: the ETA's generation is no less than that over every
+    window."""
     from mens.plan.eta import eta
     from mens.plan.spec import compile_run
 
@@ -183,7 +185,8 @@ def test_grpos_eta_includes_its_generation(compose):
     parts = e["hours_by_part"]
     assert set(parts) == {"policy", "step_forward", "generation", "oracle"}
     assert e["hours"] == pytest.approx(sum(parts.values()), abs=1e-3)
-    floor = e["records"] / 4 * T * ARCH.layers * DECODE_S_PER_LAYER / 3600
+    assert plan.sampling["generation_calls"] == 1 and plan.sampling["window_rows"] == 64
+    floor = e["records"] / 16 * T * ARCH.layers * DECODE_S_PER_LAYER / 3600
     assert floor < parts["generation"] < 2 * floor
     assert parts["generation"] > parts["policy"]       # decoding dominates a GRPO step
     sft = compose([*SHAPE, "lane=lora"])

@@ -31,6 +31,10 @@ class GrpoConfig:
     scale_rewards: str = "group"     # group | batch | none (TRL's scale_rewards; none: Dr. GRPO)
     format_reward: float = 0.0       # weight of the format reward beside the oracle's
     oracle_timeout_s: float = 10.0   # per completion; a timeout is a failed reward
+    # rows per `generate` call (or server request) when sampling an optimizer step's window
+    # (micro_batch × grad_accum prompts × G rows), a multiple of G (TRL's name); null: the
+    # planner picks the largest that fits, from one micro-batch's rows to the window's
+    generation_batch_size: Optional[int] = None
     # local: transformers `generate` in the step; server: an OpenAI-compatible endpoint, the
     # adapter reloaded after each optimizer step (mens.objective.rollout_server)
     generation: str = "local"
@@ -53,6 +57,8 @@ RANGES = {
                      note="the clip's lower side"),
     "epsilon_high": pos("the clip's upper side; null: epsilon", "0.28"),
     "format_reward": nonneg("the format reward's weight", "0.0"),
+    "generation_batch_size": count("rows per generate call sampling the window, a multiple "
+                                   "of num_generations; null: the planner picks", "32"),
     "oracle_timeout_s": pos("seconds per oracle call (a timeout fails the reward)",
                             "10"),
 }
