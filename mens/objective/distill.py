@@ -3,7 +3,9 @@ steps the student samples answers to the batch's prompts (mens.objective.samplin
 a local teacher scores the same rows (no grad), and the loss is the generalised Jensen-Shannon
 divergence between their next-token distributions over the answer tokens — forward KL at
 beta=0, reverse KL at beta=1. The other steps train on the data's own answers (or, with
-seq_kd, on the teacher's samples), as TRL's training_step does.
+seq_kd, on the teacher's samples), as TRL's training_step does. The loss is summed over the
+answer tokens and divided by the accumulation window's (every micro-batch, every rank), as
+TRL divides by the window's num_items_in_batch: Distill.open_window.
 
 A served teacher (lane.distill.teacher_url: mens.objective.served_teacher) returns log-probs of
 given tokens only: every step is on the student's samples and the loss is the sampled-token
@@ -144,6 +146,7 @@ class Distill(Objective):
         super().__init__(spec)
         self.records, self.tokenizer, self.encoder, self.teacher = {}, None, None, None
         self.served = None       # mens.objective.served_teacher.ServedTeacher
+        self.win = None          # this optimizer step's rows and normaliser (open_window)
 
     def bind(self, model, tokenizer, records: list, encoder=None) -> None:
         self.tokenizer, self.encoder = tokenizer, encoder
@@ -191,42 +194,87 @@ class Distill(Objective):
         mask = torch.tensor([[1] * len(i) + [0] * (L - len(i)) for i, _ in enc], device=device)
         return ids, mask, labels, None, [sum(x != IGNORE for x in lb) for _, lb in enc]
 
-    def step(self, ctx, batch: dict):
-        import torch
-
+    def _rows(self, ctx, ids: list, model, device):
+        """One micro-batch's rows as TRL's training_step picks them: on-policy when random() <=
+        lmbda (the student's samples), else seq_kd (the teacher's) or the data's answers →
+        (ids, mask, labels, keep, lengths, on_policy)."""
         d = self.lane.distill
-        recs = [self.records[i] for i in batch["record_ids"]]
-        model = ctx.model
-        device = next(model.parameters()).device
-        draw = self._draw(ctx, batch["record_ids"])
-        if self.served is not None:
-            return self._served_step(model, recs, draw % 2**31)
-        teacher = self._teacher_on(device)
-        # TRL's training_step: on-policy when random() <= lmbda, else seq_kd or the data
+        recs = [self.records[i] for i in ids]
+        draw = self._draw(ctx, ids)
         on_policy = random.Random(draw).random() <= float(d.lmbda)
         seed = draw % 2**31
         if on_policy:
-            ids, mask, labels, keep, lengths = self._sampled_rows(model, recs, seed,
-                                                                  float(d.temperature))
+            rows = self._sampled_rows(model, recs, seed, float(d.temperature))
         elif d.seq_kd:
-            ids, mask, labels, keep, lengths = self._sampled_rows(teacher, recs, seed,
-                                                                  float(d.temperature))
+            rows = self._sampled_rows(self._teacher_on(device), recs, seed, float(d.temperature))
         else:
-            ids, mask, labels, keep, lengths = self._data_rows(recs, device)
+            rows = self._data_rows(recs, device)
+        return (*rows, on_policy)
+
+    def open_window(self, ctx, batch: dict, model, device) -> dict:
+        """Every micro-batch's rows of this optimizer step, made at its first micro-batch (the
+        weights do not change inside the window: the same samples, the same seeds as one by
+        one), and the window's answer tokens over every rank — the loss's normaliser, as TRL
+        divides by the window's num_items_in_batch and MensModule.token_weighted_loss does for
+        SFT. A rank's repeated prompt (strategy.Repeat) is in its rows but carries no label."""
+        import torch
+
+        micro = batch.get("window") or [[(i, False) for i in batch["record_ids"]]]
+        rows, tokens = [], 0
+        for mb in micro:
+            ids, mask, labels, keep, lengths, on_policy = self._rows(ctx, [i for i, _ in mb],
+                                                                      model, device)
+            repeat = torch.tensor([rep for _, rep in mb], device=labels.device)
+            labels = labels.masked_fill(repeat[:, None], IGNORE)
+            target = labels[:, -keep:] if keep else labels[:, 1:]        # (N, T) or (N, L−1)
+            tokens += int((target != IGNORE).sum())
+            rows.append((ids, mask, target, keep, lengths, on_policy))
+        n = torch.tensor(float(tokens), dtype=torch.float64)
+        n = float(ctx.all_sum(n) if ctx.world > 1 else n)
+        return {"key": ctx.group, "rows": rows, "tokens": max(n, 1.0), "loss": 0.0, "rkl": 0.0}
+
+    def step(self, ctx, batch: dict):
+        """One micro-batch of the step's window (opened at its first micro-batch). Its JSD is
+        summed over its answer tokens and divided by the window's (every micro-batch, every
+        rank): Lightning backwards loss / accum and DDP averages over ranks, so the loss handed
+        back is that share × accum × world and the step's gradient is the window's token mean
+        — not a mean of micro-batch means, which weighs a short answer's tokens more."""
+        import torch
+
+        d = self.lane.distill
+        model = ctx.model
+        device = next(model.parameters()).device
+        if self.served is not None:
+            recs = [self.records[i] for i in batch["record_ids"]]
+            return self._served_step(model, recs, self._draw(ctx, batch["record_ids"]) % 2**31)
+        pos = int(batch.get("window_pos", 0))
+        win = self.win
+        if pos == 0 or win is None or win["key"] != ctx.group or ctx.group is None:
+            win = self.win = self.open_window(ctx, batch, model, device)
+        ids, mask, target, keep, lengths, on_policy = win["rows"][pos]
+        teacher = self._teacher_on(device)
         k = keep + 1 if keep else None
         with torch.no_grad():
             t_logits = row_logits(teacher, ids, mask, k)
         s_logits = row_logits(model, ids, mask, k)
-        target = labels[:, -(keep):] if keep else labels[:, 1:]          # (N, T) or (N, L−1)
         # TRL's compute_loss calls the loss at its default temperature 1: the sampling
         # temperature shapes the samples only
-        loss = generalized_jsd_loss(s_logits, t_logits, target, beta=float(d.beta))
+        scale = win["tokens"] / (ctx.accum * ctx.world)
+        loss = generalized_jsd_loss(s_logits, t_logits, target, beta=float(d.beta),
+                                    num_items_in_batch=scale)
         with torch.no_grad():
-            rkl = generalized_jsd_loss(s_logits, t_logits, target, beta=1.0)
-        metrics = {"loss": loss.detach(), "reverse_kl": rkl,
-                   "on_policy": torch.tensor(float(on_policy)),
-                   "completions/mean_length": torch.tensor(float(sum(lengths)) / len(lengths)),
-                   "rows/length": torch.tensor(float(ids.shape[1]))}
+            rkl = generalized_jsd_loss(s_logits, t_logits, target, beta=1.0, reduction="sum")
+        pieces = torch.stack([loss.detach().double() / (ctx.accum * ctx.world),
+                              rkl.double() / win["tokens"]])
+        pieces = ctx.all_sum(pieces) if ctx.world > 1 else pieces
+        win["loss"] += float(pieces[0])
+        win["rkl"] += float(pieces[1])
+        metrics = self.over_step(ctx, {
+            "loss": loss.detach(), "on_policy": torch.tensor(float(on_policy)),
+            "completions/mean_length": torch.tensor(float(sum(lengths)) / len(lengths)),
+            "rows/length": torch.tensor(float(ids.shape[1]))})
+        # the window's token means so far: the step's at its last micro-batch
+        metrics.update(loss=torch.tensor(win["loss"]), reverse_kl=torch.tensor(win["rkl"]))
         return loss, metrics
 
     def _served_step(self, model, recs, seed: int):
