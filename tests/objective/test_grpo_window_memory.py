@@ -71,3 +71,43 @@ def test_the_windows_sampling_peak_is_the_planned_calls(compile_run, tiny_random
     assert roll.completion_ids.shape == (16, T)          # some row of each call ran to T
     assert measured <= planned, (measured, planned)
     assert (planned - measured) / measured <= 0.10, (measured, planned)
+
+
+def test_a_window_sampled_in_calls_is_one_rollout():
+    """Grpo.sample joins its calls' rollouts (mens.objective.sampling.concat): prompts of
+    different widths left-padded, answers of different widths right-padded (mask 0 there), in
+    call order — and every row scores as it did in its own call (left padding shifts positions,
+    which RoPE's relative attention does not see); a server's log-probs and seconds carried."""
+    import math
+
+    from mens.config.compose import compose
+    from mens.model.load import load_base, load_tokenizer
+    from mens.objective.rollout_server import ServerRollout
+    from mens.objective.sampling import completion_logps, concat, generate
+
+    rung = compose(["+rung=tiny", "+hw=cpu"]).rung
+    model, tok = load_base(rung), load_tokenizer(rung)
+    short = generate(model, tok, [[{"role": "user", "content": "ls"}]], 2, 4, seed=1)
+    long = generate(model, tok, [[{"role": "user", "content": "count the lines of a.txt " * 3}]],
+                    2, 9, seed=2)
+    assert short.prompt_ids.shape[1] < long.prompt_ids.shape[1]
+    roll = concat([short, long])
+    P, T = long.prompt_ids.shape[1], max(short.completion_ids.shape[1], 9)
+    assert roll.prompt_ids.shape == (4, P) and roll.completion_ids.shape == (4, T)
+    assert roll.texts == short.texts + long.texts and roll.lengths == short.lengths + long.lengths
+    assert roll.prompt_mask[:2].sum() == short.prompt_mask.sum()
+    assert roll.completion_mask[:2].sum() == short.completion_mask.sum()
+    with torch.no_grad():
+        joined = completion_logps(model, roll.input_ids, roll.attention_mask,
+                                  roll.completion_mask)
+        alone = completion_logps(model, short.input_ids, short.attention_mask,
+                                 short.completion_mask)
+    w = short.completion_ids.shape[1]
+    assert torch.allclose(joined[:2, :w], alone, atol=1e-4)
+    assert (joined[:2, w:] == 0).all()
+    served = [ServerRollout(**vars(r), sampling_logps=torch.full(r.completion_ids.shape, -1.0),
+                            reload_s=s, generate_s=1.5) for r, s in ((short, 0.25), (long, math.nan))]
+    both = concat(served)
+    assert isinstance(both, ServerRollout) and both.sampling_logps.shape == (4, T)
+    assert both.reload_s == 0.25 and both.generate_s == 3.0
+    assert (both.sampling_logps[:2, w:] == 0).all()
