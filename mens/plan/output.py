@@ -81,7 +81,7 @@ def refusal_message(spec, plan: Plan) -> str:
     if blocked:   # memory is not what stops it: the rollout server's cap is
         return (f"the plan refuses: {blocked}. Ways out: lower train.micro_batch or "
                 f"lane.grpo.generation_batch_size (a multiple of lane.grpo.num_generations), "
-                f"shorten train.seq_len, or use lane.grpo.generation=local.")
+                f"shorten train.seq_len, or use lane.grpo.generation=local; {ways}.")
     return (f"the plan refuses: {spec.rung.name} on {spec.hw.name} with lane "
             f"{lane_label(spec.lane)} "
             f"needs at least {plan.peak_bytes / GiB:.2f} GiB (smallest shape tried: seq_len "
