@@ -182,3 +182,51 @@ def test_the_eta_times_the_teachers_forward_at_its_size(compile_run):
     fwd = {t: compile_run(*base, f"lane.distill.teacher={t}")[1].cost["parts"]["step_forward"]["s"]
            for t in ("tiny", "1.7b")}
     assert fwd["1.7b"] > 5 * fwd["tiny"]
+
+
+# --- the loss's normaliser: the accumulation window's answer tokens (issue #49 item 11) ------------
+SHORT, LONG = ("say hi", "hi"), ("count", " ".join(str(i) for i in range(1, 30)))
+
+
+def test_two_micro_batches_give_the_one_batch_gradient(student):
+    """Distillation's local loss is divided by the accumulation window's answer tokens, as
+    TRL's trainers divide by the window's num_items_in_batch: two micro-batches of very
+    different answer lengths, each backwarded / grad_accum as Lightning does, give the
+    gradient (and the logged loss) of the one batch holding both — not a mean of the two
+    micro-batches' means, which weighs the short answer's tokens as much as the long one's."""
+    import dataclasses
+
+    from mens.data.formats import turns
+    from mens.objective.base import Step
+    from mens.objective.distill import IGNORE, Distill
+
+    spec, model, tok, _, enc = student
+    lane = dataclasses.replace(spec.lane, distill=dataclasses.replace(spec.lane.distill,
+                                                                      lmbda=0.0))
+    obj = Distill(dataclasses.replace(spec, lane=lane))   # lmbda 0: the data's own answers
+    records = [{"id": rid, "messages": [{"role": "user", "content": q},
+                                        {"role": "assistant", "content": a}]}
+               for rid, (q, a) in (("short", SHORT), ("long", LONG))]
+    obj.bind(model, tok, records, enc)
+    lens = [sum(x != IGNORE for x in enc.encode(turns(r), 128)[1]) for r in records]
+    assert lens[1] > 4 * lens[0], lens          # the two means weigh very differently
+
+    def grads():
+        return torch.cat([p.grad.flatten() for n, p in model.named_parameters() if "lora_" in n])
+
+    window = [[("short", False)], [("long", False)]]
+    model.zero_grad()
+    for pos, rid in enumerate(("short", "long")):
+        ctx = Step(None, None, 1, None, model=model, group=(0, 7), accum=2)
+        loss, m = obj.step(ctx, {"record_ids": [rid], "window": window, "window_pos": pos})
+        (loss / ctx.accum).backward()              # Lightning's division by grad_accum
+    split, logged = grads().clone(), m["loss"].item()
+    model.zero_grad()
+    loss, m = obj.step(Step(None, None, 1, None, model=model, group=(0, 8), accum=1),
+                       {"record_ids": ["short", "long"]})
+    loss.backward()
+    whole = grads()
+    assert whole.abs().max() > 0
+    assert torch.allclose(split, whole, rtol=1e-4, atol=1e-7), \
+        (split - whole).abs().max().item() / whole.abs().max().item()
+    assert logged == pytest.approx(m["loss"].item(), rel=1e-4)   # the step's token mean
