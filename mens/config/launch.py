@@ -69,6 +69,9 @@ class LaunchConfig:
     # ray: the running cluster to start the workers on (host:port, ray://host:port, auto);
     # null = a local Ray started for this run on this machine
     ray_address: Optional[str] = None
+    # ray: seconds to wait for the cluster to place the workers (busy, or nodes still joining;
+    # an autoscaler's new GPU node takes minutes) before giving up, exit 4
+    ray_wait_s: float = 600.0
 
 
 @dataclass
@@ -84,6 +87,8 @@ class RecommendConfig:
 RANGES = {
     "launch.max_restarts": nonneg("restarts torchrun (or Ray) makes of a failed group (each "
                                   "resumes from the last checkpoint)", "1"),
+    "launch.ray_wait_s": pos("seconds `mens launch ray` waits for the cluster to place its "
+                             "workers before giving up (exit 4)", "600"),
     "cloud.mfu": Range(lo=0, hi=1, lo_open=True, example="0.35",
                        note="an assumed model FLOPs utilisation replacing the measured speed "
                             "model; null: the speed model"),

@@ -38,6 +38,7 @@ BAD = [
     (["cloud.top=0"], "cloud.top"),
     (["cloud.tokens=0"], "cloud.tokens"),
     (["launch.max_restarts=-1"], "launch.max_restarts"),
+    (["launch.ray_wait_s=0"], "launch.ray_wait_s"),
     (["hw.headroom.advisory_frac=0"], "hw.headroom.advisory_frac"),
     (["hw.headroom.advisory_frac=1.5"], "hw.headroom.advisory_frac"),
     (["hw.headroom.reserve_gb=-1"], "hw.headroom.reserve_gb"),

@@ -5,8 +5,10 @@ The same 2-row optimizer steps as one process with micro-batch 1 × accumulation
 same losses to 1e-6 and the same adapter (as two torchrun "nodes" do). With
 launch.max_restarts=1, SIGKILL to rank 1's `python -m mens` after step 3's checkpoint: Ray's
 FailureConfig restarts the group, it resumes from last.ckpt, and ends on the uninterrupted
-adapter. Fast: config errors exit 2 before Ray starts, `--help` imports no Ray, and what the
-driver hands the workers of its environment.
+adapter. A cluster that cannot hold the run exits 2 before any worker starts, naming what it has
+and what the run asks; one that holds it but not now gives up after launch.ray_wait_s. Fast:
+config errors exit 2 before Ray starts, `--help` imports no Ray, what the driver hands the
+workers of its environment, and the check of a cluster's nodes against a run's.
 """
 from __future__ import annotations
 
@@ -92,7 +94,7 @@ def test_two_ray_workers_match_one_process(reference, tmp_path):
     assert start[0]["launch"] == {"launcher": "env", "id": None, "world_size": 2, "nodes": 1,
                                   "per_node": 2}   # the variables the Ray workers set
     assert not [r for r in rows if r["event"] == "RESUME"]
-    assert "2 worker(s) on 127.0.0.1:" in out   # the local cluster, on loopback
+    assert "1 node(s) × 2 rank(s) at 127.0.0.1:" in out   # the local cluster, on loopback
     # rank 0's telemetry, read back and said by the driver
     assert "finished" in out and "(resumed 0×" in out and f"steps={STEPS} world_size=2" in out
     assert "cluster_environment=LightningEnvironment" in out
@@ -175,3 +177,95 @@ def test_help_and_the_environment_handed_to_workers_import_no_ray():
     assert p.stdout.splitlines()[-1] == (
         "0 False ['GLOO_SOCKET_IFNAME', 'NCCL_IB_HCA', 'NCCL_SOCKET_IFNAME', "
         "'TORCH_NCCL_ASYNC_ERROR_HANDLING', 'UCX_NET_DEVICES']")   # no secret, nothing else
+
+
+def kill_tree(p: subprocess.Popen) -> None:
+    import psutil
+
+    if p.poll() is None:
+        for child in psutil.Process(p.pid).children(recursive=True):
+            child.kill()
+        p.kill()
+        p.wait()
+
+
+@pytest.mark.slow   # a local Ray starts: 18 s here
+@pytest.mark.parametrize("args, asks", [
+    (["+hw=h100", "hw.nodes=2", "hw.devices=8"], "2 node(s) × 8 GPU(s) each"),
+    (["+hw=cpu", "hw.nodes=2", "hw.devices=1"], "2 node(s) × 1 CPU(s) each"),
+])
+def test_a_cluster_that_cannot_hold_the_run_exits_2_saying_what_it_has(tmp_path, args, asks):
+    """Issue #49: on this GPU-less machine the local cluster was asked for 16 GPUs and waited
+    for ever; two CPU "nodes" both landed on its one node and exited 2 there, after Ray spun up."""
+    start = time.monotonic()
+    out, err = (open(tmp_path / f"driver.{s}", "w") for s in ("out", "err"))
+    p = subprocess.Popen([sys.executable, "-m", "mens.launch", "ray", *args,
+                          f"hydra.run.dir={tmp_path / 'run'}"], cwd=tmp_path, env=ray_env(),
+                         stdout=out, stderr=err, start_new_session=True)
+    try:
+        rc = p.wait(90)
+    except subprocess.TimeoutExpired:
+        rc = None
+    finally:
+        kill_tree(p)
+    took = time.monotonic() - start
+    stderr = (tmp_path / "driver.err").read_text()
+    assert rc == 2 and took < 60, (rc, took, stderr[-3000:])
+    (line,) = [s for s in stderr.splitlines() if s.startswith("mens: error (exit 2): ")]
+    assert "has 1 node (127.0.0.1: 2 CPU, 0 GPU)" in line and asks in line   # both named
+    assert "Traceback" not in stderr and "throwaway local Ray" in stderr      # said, loudly
+    assert "rank(s) at" not in (tmp_path / "driver.out").read_text()          # no worker started
+
+
+def node(addr: str, alive: bool = True, **resources) -> dict:
+    """One row of ray.nodes() (the fields check_cluster reads)."""
+    return {"Alive": alive, "NodeManagerAddress": addr, "Resources": resources}
+
+
+def test_a_clusters_nodes_are_checked_per_node_against_the_run():
+    from mens.errors import ConfigError
+    from mens.launch.ray import check_cluster, share, strategy
+
+    gpu = {"nodes": 2, "per_node": 8, "gpu": True, "hw": "h100"}
+    assert share(gpu) == {"GPU": 8} and strategy(gpu) == "STRICT_SPREAD"
+    assert strategy({**gpu, "nodes": 1}) == "PACK"
+    check_cluster([node("a", CPU=64, GPU=8), node("b", CPU=64, GPU=8)], gpu, "x")   # fits
+    # 16 GPUs in all, but no node holds 8: a per-node check, not a total
+    with pytest.raises(ConfigError) as e:
+        check_cluster([node(c, CPU=32, GPU=4) for c in "abcd"], gpu, "at head:6379")
+    assert e.value.key == "hw.devices" and "ask for what it holds (hw.nodes=2 hw.devices=4)" \
+        in e.value.message and "at head:6379 has 4 nodes" in e.value.message
+    # a dead node holds nothing; one node cannot be two
+    cpu = {"nodes": 2, "per_node": 1, "gpu": False, "hw": "cpu"}
+    with pytest.raises(ConfigError) as e:
+        check_cluster([node("a", CPU=2), node("b", alive=False, CPU=2)], cpu, "x")
+    assert e.value.key == "hw.nodes" and "has 1 node (a: 2 CPU, 0 GPU)" in e.value.message
+    check_cluster([node("a", CPU=2), node("b", CPU=1)], cpu, "x")
+
+
+@pytest.mark.slow   # a local Ray starts in a child: 15 s here
+def test_a_cluster_that_holds_the_run_but_not_now_gives_up_after_the_wait(tmp_path):
+    """Its one CPU held by another placement group: reserve() gives up after
+    launch.ray_wait_s (1 s), exit 4 saying what was free, and leaves no group of its own."""
+    code = (
+        "import ray, time\n"
+        "from ray.util.placement_group import placement_group, placement_group_table\n"
+        "from mens.errors import RunFailed\n"
+        "from mens.launch.ray import reserve\n"
+        "ray.init(address='local', num_cpus=1, include_dashboard=False)\n"
+        "held = placement_group([{'CPU': 1}])\n"
+        "assert held.wait(60)\n"
+        "start = time.monotonic()\n"
+        "try:\n"
+        "    reserve({'nodes': 1, 'per_node': 1, 'gpu': False, 'wait_s': 1.0})\n"
+        "except RunFailed as e:\n"
+        "    took = time.monotonic() - start\n"
+        "    states = sorted(t['state'] for t in placement_group_table().values())\n"
+        "    print(e.code, round(took), states)\n"
+        "    print(e.message)\n")
+    p = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=ray_env(),
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr[-3000:]
+    summary, message = p.stdout.splitlines()[-2:]
+    assert summary == "4 1 ['CREATED', 'REMOVED']", summary   # its own group given back
+    assert "launch.ray_wait_s=1 s" in message and "free: 0 CPU, 0 GPU" in message
