@@ -84,7 +84,7 @@ BY_TEST = {
         "the default gate (gate_run, what the command calls) on a trained tiny run: test_gate_well"),
     "mens studio": ("tests/studio/conftest.py", '"-m", "mens.studio"', "the studio the browser tests drive"),
     "mens launch ray +hw=cpu hw.devices=2 launch.max_restarts=1": (
-        "tests/launch/test_ray.py", '"ray"', "a local 2-worker Ray cluster (slow)"),
+        "tests/launch/test_ray.py", '"ray"', "a local Ray cluster: one node, two ranks (slow)"),
 }
 for _what in ("tree expand", "synth"):
     BY_TEST[f"mens data {_what} spoke=mcp_tool_chain "
