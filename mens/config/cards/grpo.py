@@ -75,7 +75,9 @@ CARD = Card("grpo", "prompts", ("chat", "pairs"),
              "oracle_procs"),   # each by formula in mens.plan.rl (plan.json: sampling)
             lambda g, ref: StepCost((g,), forward=g if ref else 0, samples=g, oracle=True,
                                     forward_what="reference forward", where=(
-                "mens/objective/grpo.py: Grpo.step samples G completions (HF generate), "
-                "waits for the oracle, scores the G rows (completion_logps) and, when "
+                "mens/objective/grpo.py: Grpo.open_window samples G completions of each "
+                "prompt of the step's window (HF generate, in calls of "
+                "lane.grpo.generation_batch_size rows) and waits for the oracle once; "
+                "Grpo.step scores each micro-batch's G rows (completion_logps) and, when "
                 "grpo.beta > 0, the reference's log-probs of them (no grad)")),
             train="mens.objective.grpo:Grpo", config=GrpoConfig, ranges=RANGES, choices=CHOICES)
