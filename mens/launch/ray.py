@@ -174,8 +174,8 @@ def execute(job: dict) -> int:
 
     env = propagated(dict(os.environ))
     if job["address"] is None and not os.environ.get("RAY_ADDRESS"):
-        print(f"mens launch ray: note: launch.ray_address is unset — starting a throwaway local "
-              f"Ray cluster of this machine alone for this run" + (
+        print("mens launch ray: note: launch.ray_address is unset — starting a throwaway local "
+              "Ray cluster of this machine alone for this run" + (
                   ": a GPU run on it has this machine's GPUs and one node, no more (a cluster: "
                   "launch.ray_address=host:port)" if job["gpu"] else ""), file=sys.stderr,
               flush=True)
