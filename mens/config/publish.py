@@ -41,6 +41,10 @@ class ServeConfig:
     max_header_bytes: int = 16384    # a larger request line + headers gets 431 (h11's default)
     # requests that may wait for the one model thread (beyond: 503 + Retry-After, at once)
     max_queue: int = 32
+    # one request's rows (prompts × n) × (longest prompt + max_tokens): the tokens its KV cache
+    # holds at once (Qwen3-8B in bf16: ~9 GiB at 65536); beyond: 400, before any model work. A
+    # GRPO run's rollout server gets one request per window (lane.grpo.generation=server)
+    max_batch_tokens: int = 65536
     # POST /v1/load_lora_adapter, /v1/unload_lora_adapter (vLLM's names; mens.serve.lora_admin):
     # off unless asked, as vLLM's VLLM_ALLOW_RUNTIME_LORA_UPDATING (the server reads given paths)
     runtime_lora: bool = False
@@ -108,6 +112,8 @@ RANGES = {
     "serve.max_header_bytes": count("bytes; larger request headers get 431", "16384"),
     "serve.max_queue": Range(lo=0, integer=True, example="32",
                              note="requests waiting for the model; more get 503"),
+    "serve.max_batch_tokens": count("tokens one request's rows × (prompt + max_tokens) may "
+                                    "hold; more get 400", "65536"),
     "studio.port": Range(lo=0, hi=65535, integer=True, example="8090",
                          note="0 takes any free port"),
     "studio.max_body_bytes": count("bytes; a larger request body to the studio gets 413",

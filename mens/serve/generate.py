@@ -4,9 +4,13 @@ counts, and incremental text for streaming that is exactly the non-streamed text
 pieces.
 
 Runs on the model thread only (`Slots.run`): it switches the PeftModel's active adapter.
+`outcome` is the event loop's side of a non-streamed request: it waits for the model thread
+and stops the generation once the client has left (nobody would read the answer).
 """
 from __future__ import annotations
 
+import asyncio
+import threading
 from dataclasses import dataclass
 from typing import Callable
 
@@ -128,3 +132,20 @@ def generate(slots, slot, req: GenRequest, on_text: Callable[[str], None] | None
     else:
         reason = "length" if len(out) >= req.max_tokens else "stop"   # else: cancelled
     return GenResult(text, out, reason, len(req.prompt_ids), len(out))
+
+
+POLL_S = 0.1   # how often a non-streamed request asks whether its client is still there
+
+
+async def outcome(fut, request, cancel: threading.Event):
+    """The model thread's result (a concurrent Future) for a non-streamed request. Meanwhile
+    the client is asked after every POLL_S (Starlette's `is_disconnected`): once it has hung
+    up, `cancel` is set, which the generation polls each step (Decoder, batch.RowStops), so the
+    one model thread is free for the requests behind it. request None: nothing is watched."""
+    waiting = asyncio.wrap_future(fut)
+    while True:
+        done, _ = await asyncio.wait({waiting}, timeout=POLL_S)
+        if done:
+            return waiting.result()
+        if request is not None and not cancel.is_set() and await request.is_disconnected():
+            cancel.set()

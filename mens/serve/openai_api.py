@@ -24,7 +24,7 @@ from mens.serve import batch, lora_admin, tool_calls
 from mens.serve import chat as chat_prompt
 from mens.serve.admission import Admission, Place, QueueFull
 from mens.serve.api_error import APIError, error_body
-from mens.serve.generate import GenRequest, generate
+from mens.serve.generate import GenRequest, generate, outcome
 from mens.serve.requests import (Body, ChatRequest, CompletionRequest, PromoteRequest,
                                  RollbackRequest, Sampling, unsupported, unsupported_message)
 from mens.serve.slots import PromotionRefused, Slots
@@ -40,7 +40,7 @@ def _refuse_unsupported(req: Body) -> None:
 # --- the app -----------------------------------------------------------------------------------
 def build_app(slots: Slots, api_key: str | None = None, max_body_bytes: int = 1 << 20,
               default_max_tokens: int = 256, max_header_bytes: int = 16384,
-              max_queue: int = 32, runtime_lora: bool = False):
+              max_queue: int = 32, runtime_lora: bool = False, max_batch_tokens: int = 65536):
     app = FastAPI(title="mens", docs_url=None, redoc_url=None, openapi_url=None)
     app.state.slots = slots
     admission = Admission(max_queue)
@@ -110,7 +110,7 @@ def build_app(slots: Slots, api_key: str | None = None, max_body_bytes: int = 1 
         raise _no_model(slots, model_id)
 
     @app.post("/v1/chat/completions", dependencies=[Depends(auth)])
-    async def chat(req: ChatRequest):
+    async def chat(req: ChatRequest, request: Request):
         _refuse_unsupported(req)
         slot = _slot(slots, req.model)
         try:   # messages, tools and tool_choice as training renders them (mens.serve.chat)
@@ -119,17 +119,20 @@ def build_app(slots: Slots, api_key: str | None = None, max_body_bytes: int = 1 
             raise APIError(400, e.message, e.param, e.code)
         gen = _gen_request(slots, req, p.ids, req.max_completion_tokens, default_max_tokens)
         gen = replace(gen, forced=p.forced)
+        batch.check_size(req, 1, req.n or 1, len(p.ids), gen.max_tokens, max_batch_tokens)
         if req.top_logprobs and not req.logprobs:   # as OpenAI: never ignored
             raise APIError(400, "top_logprobs: logprobs must be true when top_logprobs is set.",
                            "top_logprobs")
         if batch.wanted(req, 1):   # n, logprobs, token ids: one batch of choices (mens.serve.batch)
             return await batch.respond(slots, slot, [p.ids], gen, req.n or 1, admission,
                                        batch.head(req, slot, True), True, p.reader, bool(req.logprobs),
-                                       req.top_logprobs or 0, bool(req.return_token_ids))
-        return await _respond(slots, slot, req, gen, admission, chat=True, reader=p.reader)
+                                       req.top_logprobs or 0, bool(req.return_token_ids),
+                                       request=request)
+        return await _respond(slots, slot, req, gen, admission, chat=True, reader=p.reader,
+                              request=request)
 
     @app.post("/v1/completions", dependencies=[Depends(auth)])
-    async def completions(req: CompletionRequest):
+    async def completions(req: CompletionRequest, request: Request):
         _refuse_unsupported(req)
         slot = _slot(slots, req.model)
         p = req.prompt
@@ -139,13 +142,16 @@ def build_app(slots: Slots, api_key: str | None = None, max_body_bytes: int = 1 
                                 f"request.", "prompt")
         prompts = [batch.prompt_ids(slots, q) for q in many]
         gen = _gen_request(slots, req, max(prompts, key=len), None, default_max_tokens)
+        batch.check_size(req, len(prompts), req.n or 1, max(map(len, prompts)), gen.max_tokens,
+                         max_batch_tokens)
         if batch.wanted(req, len(prompts)):   # n, logprobs, a batch of prompts: mens.serve.batch
             return await batch.respond(slots, slot, prompts, gen, req.n or 1, admission,
                                        batch.head(req, slot, False), False, None,
                                        req.logprobs is not None, req.logprobs or 0,
-                                       bool(req.return_token_ids), req.prompt_logprobs)
+                                       bool(req.return_token_ids), req.prompt_logprobs,
+                                       request=request)
         prompt = prompts[0]
-        return await _respond(slots, slot, req, gen, admission, chat=False)
+        return await _respond(slots, slot, req, gen, admission, chat=False, request=request)
 
     @app.get("/admin/aliases", dependencies=[Depends(auth)])
     async def aliases():
@@ -248,18 +254,19 @@ class _QueuedStream(StreamingResponse):
 
 
 async def _respond(slots: Slots, slot, req: Sampling, gen: GenRequest, admission: Admission,
-                   chat: bool, reader: tool_calls.Reader | None = None):
+                   chat: bool, reader: tool_calls.Reader | None = None, request=None):
     head = batch.head(req, slot, chat)
     place = admission.enter()        # QueueFull → 503 with Retry-After
     if req.stream:
         return _QueuedStream(place, _sse(slots, slot, req, gen, chat, head, place, reader),
                              media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+    cancel = threading.Event()       # set when the client goes away (generate.outcome)
     try:
-        fut = slots.run(generate, slots, slot, gen)
+        fut = slots.run(generate, slots, slot, gen, None, cancel.is_set)
         place.run_by(fut)
     finally:
         place.abandon()              # only if the work never reached the model thread
-    r = await asyncio.wrap_future(fut)
+    r = await outcome(fut, request, cancel)
     msg, reason = reader.message(r.text, r.finish_reason) if reader else \
         ({"role": "assistant", "content": r.text}, r.finish_reason)
     choice = ({"index": 0, "message": msg, "logprobs": None, "finish_reason": reason} if chat else

@@ -57,7 +57,7 @@ def task(cfg: DictConfig, out_dir: Path) -> int:
     for note in slots.champion_notes():
         print(f"mens: note: {note}", file=sys.stderr)
     app = build_app(slots, key, s.max_body_bytes, s.max_tokens, s.max_header_bytes,
-                    s.max_queue, s.runtime_lora)
+                    s.max_queue, s.runtime_lora, s.max_batch_tokens)
     host, port = sock.getsockname()[:2]
     url = f"http://{f'[{host}]' if ':' in host else host}:{port}"
     RunDir(out_dir).write_json("serve.json", {

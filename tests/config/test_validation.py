@@ -134,6 +134,7 @@ BAD = [
     (["serve.max_body_bytes=0"], "serve.max_body_bytes"),
     (["serve.max_header_bytes=-1"], "serve.max_header_bytes"),
     (["serve.max_queue=-1"], "serve.max_queue"),
+    (["serve.max_batch_tokens=0"], "serve.max_batch_tokens"),
     (["gate.max_prompts=0"], "gate.max_prompts"),
     (["gate.max_new_tokens=0"], "gate.max_new_tokens"),
     (["gate.min_gain=2"], "gate.min_gain"),
