@@ -72,7 +72,7 @@ def server_caps(section) -> tuple[int, int]:
         (lambda k, d=None: getattr(section, k, d))
     if get("server_url", None):
         return 0, 0
-    return int(getattr(ServeConfig(), "max_batch_tokens", 0) or 0), SERVE_MAX_ROWS
+    return int(ServeConfig().max_batch_tokens), SERVE_MAX_ROWS
 
 
 def check_rows(rows, G: int) -> None:
@@ -227,12 +227,14 @@ def logprob_bytes(arch, rows: int, completion: int, wb: int, fp32_copies: int,
 def server_generation_bytes(arch, rows: int, seq_len: int, completion: int, wb: int,
                             scores: bool, top: int = 0) -> dict[str, int]:
     """What `mens serve` holds answering one request of `rows` rows (mens.serve.batch): the
-    same KV cache, growth and prefill as in-process generate; each decode step's logits (the
-    compute dtype, generate's fp32 copy, the sampling softmax and the log-softmax the sampled
-    token's log-prob is read from — one step's, never every step's); and per row and token the
-    sampled token's log-prob and its `top` alternatives (value fp32 + id int64)."""
+    same KV cache, growth and prefill as in-process generate; one decode step's (rows, V)
+    tensors, never every step's (StepLogprobs) — the compute dtype's logits, generate's fp32
+    copy, the step before's kept until its token is known, the temperature's two copies (serve's
+    and transformers' warpers: none at temperature 1, counted all the same) and the sampling
+    softmax; and per row and token the sampled token's log-prob and its `top` alternatives
+    (value fp32 + id int64)."""
     gen = generation_bytes(arch, rows, seq_len, completion, wb, scores)
-    gen["sampling_logits"] = rows * arch.vocab * (wb + 4 + 4 + 4)
+    gen["sampling_logits"] = rows * arch.vocab * (wb + 4 * 5)
     gen["token_logprobs"] = rows * completion * (1 + top) * (4 + 8)
     return gen
 

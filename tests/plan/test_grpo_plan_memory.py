@@ -212,10 +212,11 @@ def test_generation_server_moves_the_phase_out_of_training():
     served = rl.server_generation_bytes(a, 16, 4096, 64, 2, scores=False)
     assert there["server"] == a.params()["total"] * 2 + trainable * 2 + sum(served.values())
     # the server keeps one step's (rows × vocab) logits and each sampled token's log-prob, not
-    # every step's scores (issue #49: mens.serve.batch.StepLogprobs): the same KV cache, one
-    # more fp32 (rows × vocab) for the log-softmax, and 12 B per row and token
+    # every step's scores (issue #49: mens.serve.batch.StepLogprobs): the same KV cache, three
+    # more fp32 (rows × vocab) — the step before's, the temperature's two copies — and 12 B per
+    # row and token
     assert served["kv_cache"] == gen["kv_cache"]
-    assert served["sampling_logits"] - gen["sampling_logits"] == 16 * a.vocab * 4
+    assert served["sampling_logits"] - gen["sampling_logits"] == 16 * a.vocab * 4 * 3
     assert served["token_logprobs"] == 16 * 64 * 12 < 16 * 64 * a.vocab * 4 / 1000
     assert rl.generation_where({}) == "local" and rl.generation_where({"generation": "server"}) \
         == "server"

@@ -102,8 +102,7 @@ def test_the_plan_prints_the_chosen_generation_batch_and_why(compose, tmp_path, 
     assert "the largest call that fits" in out
 
 
-@pytest.mark.parametrize("accum", [1, 16])
-def test_the_eta_charges_sampling_and_the_oracle_once_per_window(compose, accum):
+def test_the_eta_charges_sampling_and_the_oracle_once_per_window(compose):
     """The code samples and calls the oracle once per optimizer step (its window): at grad_accum
     16 a micro-step carries 1/16 of one oracle call, and sampling 16 prompts in calls of
     generation_batch_size rows costs less per record than 16 calls of one prompt — the ETA of
@@ -112,21 +111,20 @@ def test_the_eta_charges_sampling_and_the_oracle_once_per_window(compose, accum)
     from mens.plan.spec import compile_run
     from mens.plan.speed import ORACLE_S_PER_CALL
 
-    def hours(a):
+    got = {}
+    for accum in (1, 16):
         cfg = compose(["+hw=h100", "+rung=8b", "lane=grpo", "spoke=structured_shell",
-                       "train.micro_batch=1", f"train.grad_accum={a}"])
+                       "train.micro_batch=1", f"train.grad_accum={accum}"])
         spec, plan = compile_run(cfg)
-        return spec, plan, eta(cfg, spec, plan)
-    spec, plan, e = hours(accum)
-    _, _, one = hours(1)
-    windows = e["records"] / (plan.shape.micro_batch * accum)
-    assert e["hours_by_part"]["oracle"] == pytest.approx(windows * ORACLE_S_PER_CALL / 3600,
-                                                         rel=1e-4)
-    assert e["oracle"]["answers_per_window"] == accum * spec.lane.grpo.num_generations
-    if accum > 1:
-        assert e["hours"] < one["hours"] / 2
-        assert e["hours_by_part"]["generation"] < one["hours_by_part"]["generation"] / 4
-        assert e["hours_by_part"]["policy"] == pytest.approx(one["hours_by_part"]["policy"])
+        e = got[accum] = eta(cfg, spec, plan)
+        windows = e["records"] / accum
+        assert e["hours_by_part"]["oracle"] == pytest.approx(
+            windows * ORACLE_S_PER_CALL / 3600, rel=1e-4)
+        assert e["oracle"]["answers_per_window"] == accum * spec.lane.grpo.num_generations
+    one, sixteen = got[1], got[16]
+    assert sixteen["hours"] < one["hours"] / 2
+    assert sixteen["hours_by_part"]["generation"] < one["hours_by_part"]["generation"] / 4
+    assert sixteen["hours_by_part"]["policy"] == pytest.approx(one["hours_by_part"]["policy"])
 
 
 def test_a_spawned_rollout_servers_row_cap_splits_the_requests(compile_run):
@@ -142,7 +140,7 @@ def test_a_spawned_rollout_servers_row_cap_splits_the_requests(compile_run):
                              "train.micro_batch=1", "train.grad_accum=64")
     assert plan.fits and plan.sampling["window_rows"] == 512
     rows = sampled_rows(spec, plan)
-    cap = getattr(ServeConfig(), "max_batch_tokens", 0) or 256 * 512
+    cap = ServeConfig().max_batch_tokens
     assert max(rows) <= min(rl.SERVE_MAX_ROWS, cap // 512) and sum(rows) == 512
     assert plan.sampling["generation_rows"] == max(rows)
     served = rl.server_generation_bytes(Arch.of(spec.rung), max(rows), 512, 64, 2, False)
@@ -174,3 +172,22 @@ def test_an_assumed_cloud_mfu_times_the_window_alike(compose):
     cost, _ = rate(cfg, spec, plan)
     assert cost.parts["oracle"]["s"] == plan.cost["parts"]["oracle"]["s"] == \
         pytest.approx(ORACLE_S_PER_CALL / 16)
+
+
+def test_a_group_the_spawned_server_cannot_take_refuses(compose, tmp_path):
+    """One micro-batch's group of 32 rows × 4,096 tokens is over what `mens serve` admits in a
+    request (serve.max_batch_tokens): the plan refuses (exit 3) naming the key — it fits in
+    memory, the server would answer 400 at the first step."""
+    from mens.config.publish import ServeConfig
+    from mens.plan.output import plan_run
+
+    cap = ServeConfig().max_batch_tokens
+    cfg = compose(["+hw=h100", "+rung=tiny", "lane=grpo", "spoke=structured_shell",
+                   "train.seq_len=4096", "lane.grpo.num_generations=32",
+                   "lane.grpo.max_completion_length=64", "lane.grpo.generation=server"])
+    assert 32 * 4096 > cap
+    with pytest.raises(PlanRefused) as e:
+        plan_run(cfg, tmp_path)
+    assert "serve.max_batch_tokens" in e.value.message
+    assert e.value.plan.peak_bytes < e.value.plan.budget_bytes    # memory is not what stops it
+    assert "shorten sequences (`train.seq_len=" in e.value.message
