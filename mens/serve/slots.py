@@ -268,6 +268,10 @@ class Slots:
     def activate(self, slot: Slot):
         """A context in which self.model computes as `slot` (model thread only)."""
         import contextlib
+        if self.slots.get(slot.name) is not slot:   # unloaded while the request waited (#49)
+            from mens.serve.api_error import APIError
+            raise APIError(404, f"The model `{slot.name}` was unloaded while this request "
+                                f"waited for it.", "model", "model_not_found")
         if slot.adapter is None:
             return self.model.disable_adapter() if self.slots.keys() - {BASE} \
                 else contextlib.nullcontext()
