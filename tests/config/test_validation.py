@@ -103,6 +103,7 @@ BAD = [
     (["lane=grpo", "lane.grpo.epsilon_high=0"], "lane.grpo.epsilon_high"),
     (["lane=grpo", "lane.grpo.format_reward=-1"], "lane.grpo.format_reward"),
     (["lane=grpo", "lane.grpo.oracle_timeout_s=0"], "lane.grpo.oracle_timeout_s"),
+    (["lane=grpo", "lane.grpo.generation_batch_size=0"], "lane.grpo.generation_batch_size"),
     (["lane=distill", "lane.distill.beta=1.5"], "lane.distill.beta"),
     (["lane=distill", "lane.distill.temperature=0"], "lane.distill.temperature"),
     (["lane=distill", "lane.distill.lmbda=-0.1"], "lane.distill.lmbda"),
