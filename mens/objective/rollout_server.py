@@ -33,12 +33,19 @@ above it, multiplying the clipped surrogate before the KL term; logged under TRL
 
 LoRA and QLoRA only (the full lane would ship every weight each step: refused, exit 2). Under
 several processes each rank starts (or names, under its own adapter names) its own server.
+
+The server a run starts wants a bearer key (issue #49): its adapter routes read any path they
+are given, so another process on the machine must not be able to use them. The key is random
+(`secrets.token_urlsafe`), made per server, handed over in the environment variable that
+`serve.api_key_env` names (KEY_ENV) — never on the command line, in a file or in a log — and
+sent by this side with every request.
 """
 from __future__ import annotations
 
 import json
 import math
 import os
+import secrets
 import shutil
 import signal
 import subprocess
@@ -55,6 +62,7 @@ from mens.objective.sampling import Rollout, prompt_rows
 
 READY_S = 600.0         # a loaded 2-core box may take minutes to import torch and load a base
 GEN_TIMEOUT_S = 3600.0  # one group's generation
+KEY_ENV = "MENS_ROLLOUT_KEY"  # the variable the spawned server reads its key from
 
 
 @dataclass
@@ -124,8 +132,9 @@ class RolloutServer:
     """The server side of one GRPO run: started (or named) in `start`, synced and asked in
     `generate`, which has mens.objective.sampling.generate's signature."""
 
-    def __init__(self, spec, url: str | None, folder: Path, proc=None):
+    def __init__(self, spec, url: str | None, folder: Path, proc=None, key: str | None = None):
         self.spec, self.url, self.folder, self.proc = spec, url, folder, proc
+        self._auth = {"authorization": f"Bearer {key}"} if key else {}
         self.name: str | None = None        # the adapter name the server samples from now
         self.version, self.snapshot = 0, None
         self.rank = int(os.environ.get("RANK", os.environ.get("LOCAL_RANK", 0)))
@@ -175,13 +184,15 @@ class RolloutServer:
               f"(~{held / 2**20:.0f} MiB on {device}) beside the trainer's (planned: plan.json "
               f"sampling.server_bytes)", file=sys.stderr)
         log = open(folder / "serve.log", "w")
+        key = secrets.token_urlsafe(32)   # this run's only: the routes read any path given
         proc = subprocess.Popen(
             [sys.executable, "-m", "mens.serve", f"run={init}", "serve.host=127.0.0.1",
-             "serve.port=0", "serve.runtime_lora=true", f"serve.device={device}",
-             f"serve.dtype={dtype}", f"hydra.run.dir={folder / 'serve'}"],
-            stdout=log, stderr=subprocess.STDOUT, cwd=folder)
+             "serve.port=0", "serve.runtime_lora=true", f"serve.api_key_env={KEY_ENV}",
+             f"serve.device={device}", f"serve.dtype={dtype}",
+             f"hydra.run.dir={folder / 'serve'}"],
+            stdout=log, stderr=subprocess.STDOUT, cwd=folder, env={**os.environ, KEY_ENV: key})
         log.close()
-        self = cls(spec, None, folder, proc)
+        self = cls(spec, None, folder, proc, key)
         info, deadline = folder / "serve" / "serve.json", time.time() + READY_S
         while self.url is None:
             if proc.poll() is not None or time.time() > deadline:
@@ -203,7 +214,7 @@ class RolloutServer:
         import httpx
 
         try:
-            r = httpx.post(self.url + route, json=body, timeout=timeout)
+            r = httpx.post(self.url + route, json=body, headers=self._auth, timeout=timeout)
         except httpx.HTTPError as e:
             raise ConfigError(f"lane.grpo.server_url: no answer from {self.url}{route} "
                               f"({type(e).__name__}: {e}).", key="lane.grpo.server_url") from None
@@ -219,7 +230,7 @@ class RolloutServer:
         import httpx
 
         try:
-            r = httpx.get(self.url + route, timeout=30)
+            r = httpx.get(self.url + route, headers=self._auth, timeout=30)
             r.raise_for_status()
             return r.json()
         except (httpx.HTTPError, ValueError) as e:

@@ -14,6 +14,7 @@ import sys
 import threading
 import time
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+from pathlib import Path
 
 import httpx
 import pytest
@@ -189,3 +190,40 @@ def test_a_request_for_an_adapter_unloaded_while_it_waits_is_a_404(url, slots, a
     assert models(url) == ["base", "w2"]
     post(url, "/v1/chat/completions", {"model": "w2", "messages": MSGS, "max_tokens": 2})
     post(url, "/v1/unload_lora_adapter", {"lora_name": "w2"})
+
+
+@pytest.mark.slow   # a `mens serve` subprocess: torch's import and a base load on 2 cores
+def test_the_server_a_grpo_run_starts_wants_its_random_key(tmp_path):
+    from mens.config.compose import compose
+    from mens.model.load import load_model
+    from mens.objective.rollout_server import RolloutServer
+    from mens.plan.spec import compile_run
+
+    spec = compile_run(compose(["+hw=cpu", "lane=grpo", "train.seq_len=256",
+                                "lane.grpo.generation=server"]), "plan")[0]
+    model, _ = load_model(spec)
+    server = RolloutServer.start(spec, model)
+    try:
+        proc = Path("/proc") / str(server.proc.pid)
+        named = [a.partition(b"=")[2] for a in (proc / "cmdline").read_bytes().split(b"\0")
+                 if a.startswith(b"serve.api_key_env=")]
+        assert named, "the server was started without serve.api_key_env: no key"
+        environ = dict(v.partition(b"=")[::2] for v in (proc / "environ").read_bytes().split(b"\0"))
+        key = environ[named[0]]
+        assert len(key) >= 32
+        for route, body in (("/v1/load_lora_adapter", {"lora_name": "mine", "lora_path": "/"}),
+                            ("/v1/unload_lora_adapter", {"lora_name": "initial"})):
+            r = httpx.post(f"{server.url}{route}", json=body, timeout=60)   # no key: refused
+            assert r.status_code == 401 and r.json()["error"]["code"] == "invalid_api_key"
+        with torch.no_grad():   # an optimizer step: the run reloads its adapter, with the key
+            next(p for n, p in model.named_parameters() if "lora_B" in n).add_(0.01)
+        assert server.sync(model) > 0
+        assert [m["id"] for m in server.get("/v1/models")["data"]] == ["base", "policy-r0-1"]
+        # the key is in the server's environment only: not its command line, not a file or log
+        assert key not in (proc / "cmdline").read_bytes()
+        files = [f for f in server.folder.rglob("*") if f.is_file()]
+        assert any(f.name == "serve.log" for f in files) and \
+            any(f.name == "overrides.yaml" for f in files)
+        assert not [f for f in files if key in f.read_bytes()]
+    finally:
+        server.close()
