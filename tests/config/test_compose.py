@@ -20,7 +20,7 @@ def test_groups_have_the_options_the_issue_names():
     assert set(options("hw")) >= {"auto", "cpu", "m_series", "rtx4080s", "rtx4090", "rtx3090",
                                   "a6000", "l40s", "a100_40g", "a100_80g", "h100", "h200"}
     assert options("rung") == sorted(["tiny", "0.6b", "1.7b", "4b", "8b", "14b", "32b", "hf",
-                                      "qwen3-30b-a3b", "gpt-oss-20b"])
+                                      "qwen3-30b-a3b", "gpt-oss-20b", "smol", "gguf"])
     assert options("data") == ["file", "hf", "spoke"]
     assert options("spoke") == sorted(["vox_lang", "rust_workspace", "structured_shell",
                                        "mcp_tool_chain", "agent_harness", "speech_to_code",
@@ -71,7 +71,8 @@ def test_recipe_choice_is_replaced_without_plus(compose):
 def test_ladder_rungs_set_every_architecture_number():
     # a rung file that forgot a field must not inherit one silently
     from mens.config.schema import RungConfig
-    for option in set(options("rung")) - {"hf"}:   # hf: from the model's config.json
+    # hf: from the model's config.json; smol, gguf: from the GGUF's metadata
+    for option in set(options("rung")) - {"hf", "smol", "gguf"}:
         raw = OmegaConf.load(CONF_DIR / "rung" / f"{option}.yaml")
         merged = OmegaConf.merge(OmegaConf.structured(RungConfig), raw)
         missing = [k for k in merged if OmegaConf.is_missing(merged, k)]
