@@ -322,7 +322,10 @@ async def _sse(slots: Slots, slot, req: Sampling, gen: GenRequest, chat: bool, h
             try:
                 r = value.result()
             except Exception as e:  # the stream has begun: the error goes in an event
-                yield f"data: {json.dumps(error_body(f'generation failed: {e}', 'server_error'))}\n\n"
+                # an APIError in its own shape (#49: an adapter unloaded while the request waited)
+                body = error_body(e.message, e.type, e.param, e.code) if isinstance(e, APIError) \
+                    else error_body(f'generation failed: {e}', 'server_error')
+                yield f"data: {json.dumps(body)}\n\n"
                 break
             reason = r.finish_reason
             if split:   # the content not streamed yet, then the calls

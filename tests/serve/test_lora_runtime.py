@@ -84,7 +84,13 @@ def test_a_hub_id_is_refused_and_nothing_is_downloaded(url, monkeypatch, tmp_pat
     # hold whatever thread makes it (the event loop, before this fix) until the client's timeout
     hub = socket.create_server(("127.0.0.1", 0))
     seen = []
-    threading.Thread(target=lambda: seen.append(hub.accept()), daemon=True).start()
+
+    def listen():
+        try:
+            seen.append(hub.accept())
+        except OSError:   # closed at the end of the test: nobody came
+            pass
+    threading.Thread(target=listen, daemon=True).start()
     monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{hub.getsockname()[1]}")
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
     for k in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
@@ -164,19 +170,21 @@ def test_a_request_for_an_adapter_unloaded_while_it_waits_is_a_404(url, slots, a
     unload = lambda: httpx.post(f"{url}/v1/unload_lora_adapter",  # noqa: E731
                                 json={"lora_name": "w1"}, timeout=120)
     try:
-        with ThreadPoolExecutor(3) as pool:
+        with ThreadPoolExecutor(4) as pool:
             # two unloads of one adapter: the one that comes second is a 409 at once (not a
             # second unload queued to fail), which also says the first is queued
             pair = [pool.submit(unload), pool.submit(unload)]
             done, _ = wait(pair, timeout=10, return_when=FIRST_COMPLETED)
             asking = pool.submit(httpx.post, f"{url}/v1/chat/completions", json={
                 "model": "w1", "messages": MSGS, "max_tokens": 2}, timeout=120)
-            for _ in range(400):   # the request is admitted: queued behind the unload
-                if httpx.get(f"{url}/health", timeout=10).json()["queue"]["in_flight"]:
+            streaming = pool.submit(httpx.post, f"{url}/v1/chat/completions", json={
+                "model": "w1", "messages": MSGS, "max_tokens": 2, "stream": True}, timeout=120)
+            for _ in range(400):   # both requests admitted: queued behind the unload
+                if httpx.get(f"{url}/health", timeout=10).json()["queue"]["in_flight"] == 2:
                     break
                 time.sleep(0.05)
             gate.set()
-            answer = asking.result()
+            answer, streamed = asking.result(), streaming.result()
             again = next(iter(done)).result() if done else None
             unloaded = next(f for f in pair if f not in done).result()
     finally:
@@ -184,6 +192,9 @@ def test_a_request_for_an_adapter_unloaded_while_it_waits_is_a_404(url, slots, a
     assert answer.status_code == 404, answer.text
     err = answer.json()["error"]
     assert err["param"] == "model" and err["code"] == "model_not_found" and "w1" in err["message"]
+    # a stream has sent its 200 before the model thread gets to it: the error is its event
+    events = [e[len("data: "):] for e in streamed.text.split("\n\n") if e]
+    assert events[-1] == "[DONE]" and json.loads(events[-2])["error"] == err, streamed.text
     assert unloaded.status_code == 200, unloaded.text
     assert again is not None and again.status_code == 409, again and again.text
     assert again.json()["error"]["code"] == "unload_in_progress"
