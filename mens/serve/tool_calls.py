@@ -91,15 +91,6 @@ class Reader:
         except (RecursionError, ValueError) as e:   # JSON nested past Python's limit
             p = TS.Parsed(text, [], f"{type(e).__name__}: {e}")
         calls, why = p.calls, p.malformed
-        stray = sorted({c["function"]["name"] for c in calls} - self.offered) \
-            if self.offered is not None else []
-        if stray:   # as a call that does not parse: the model's text, whole, is the answer
-            calls, why = [], (f"it calls {', '.join(map(repr, stray))}, which the request's "
-                              f"`tools` do not offer")
-        if why:
-            self.counts.add("malformed")
-            _say(f"{'a call names no tool offered' if stray else 'a tool call did not parse'} "
-                 f"({why}): answered as content, status 200")
         if calls and self.name is not None:   # the named function's calls; the rest dropped
             kept = [c for c in calls if c["function"]["name"] == self.name]
             others = sorted({c["function"]["name"] for c in calls} - {self.name})
@@ -110,6 +101,15 @@ class Reader:
             elif others:
                 _say(f"tool_choice named {self.name!r} but the model called {', '.join(others)}")
             calls = kept
+        stray = sorted({c["function"]["name"] for c in calls} - self.offered) \
+            if self.offered is not None else []
+        if stray:   # as a call that does not parse: the model's text, whole, is the answer
+            calls, why = [], (f"it calls {', '.join(map(repr, stray))}, which the request's "
+                              f"`tools` do not offer")
+        if why:
+            self.counts.add("malformed")
+            _say(f"{'a call names no tool offered' if stray else 'a tool call did not parse'} "
+                 f"({why}): answered as content, status 200")
         if not calls:
             if self.required:
                 self.counts.add("required_unmet")

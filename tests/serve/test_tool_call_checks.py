@@ -94,6 +94,12 @@ def test_a_named_tool_choice_keeps_its_call_when_another_rides_along(bare):
     assert [(c["function"]["name"], json.loads(c["function"]["arguments"]))
             for c in msg["tool_calls"]] == [("get_weather", {"city": "Oslo"})]
     assert counts["parallel_dropped"] == 1 and counts["required_unmet"] == 0
+    # the one riding along may name anything: the named call is what was asked for
+    rider = text.replace('"get_time"', '"rm_rf"')
+    msg, reason, counts = answer(bare, "hermes", rider, tools=(WEATHER, TIME), tool_choice={
+        "type": "function", "function": {"name": "get_weather"}})
+    assert reason == "tool_calls" and [c["function"]["name"] for c in msg["tool_calls"]] \
+        == ["get_weather"] and counts["parallel_dropped"] == 1
 
 
 @pytest.mark.parametrize("syntax,text", [
