@@ -117,6 +117,7 @@ def test_a_request_over_max_batch_tokens_is_a_400_before_any_model_work(url):
     r = httpx.post(f"{url}/v1/completions", timeout=10,
                    json={"model": "base", "prompt": "fn add(", "n": 64, "max_tokens": 4096})
     took = time.perf_counter() - t0
+    print(f"n=64 × 4096 tokens: {r.status_code} in {took * 1000:.0f} ms")
     assert r.status_code == 400, r.text[:300]
     err = r.json()["error"]
     assert "serve.max_batch_tokens=65536" in err["message"] and err["param"] == "max_tokens"
