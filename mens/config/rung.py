@@ -48,6 +48,9 @@ class RungConfig:
     linear_value_head_dim: int = 0
     linear_conv_kernel_dim: int = 0
     tokenizer_bundled: bool = False  # true only for the embedded tiny rung
+    # The data.tool_format a run that keeps `native` gets (null: native): the model's own chat
+    # template writes no tool calls (SmolLM2's ChatML), so tool records need another syntax
+    tool_format: Optional[str] = None
     # What `lane.optimizer.lr: auto` and an auto global batch resolve to for this rung (the
     # usual LoRA / full fine-tuning recipes; a few-million-parameter model wants a larger lr).
     lora_lr: float = 2.0e-4
@@ -76,4 +79,5 @@ RANGES = {
 # The strings with a fixed set of values
 CHOICES = {
     "rung.init": ["pretrained", "random"],
+    "rung.tool_format": [None, "native", "hermes"],
 }

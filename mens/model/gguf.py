@@ -16,6 +16,8 @@ import shutil
 import time
 from pathlib import Path
 
+_SAID: set[Path] = set()
+
 
 def dequantized(rung) -> Path:
     """The rung's GGUF as a Hugging Face directory, made now if it is not in the cache yet
@@ -26,8 +28,10 @@ def dequantized(rung) -> Path:
     sha = info(f)["sha256"]
     done = cache_root() / sha
     if (done / "config.json").is_file():
-        print(f"mens: {f.name}: reused its dequantized copy {done} (sha256 {sha[:12]}…, "
-              f"dequantized once)", flush=True)
+        if done not in _SAID:   # the tokenizer and the model both ask: said once a process
+            _SAID.add(done)
+            print(f"mens: {f.name}: reused its dequantized copy {done} (sha256 {sha[:12]}…, "
+                  f"dequantized once)", flush=True)
         return done
     print(f"mens: {f.name}: dequantizing once into {done} (sha256 {sha[:12]}…) …", flush=True)
     t0 = time.perf_counter()
@@ -44,6 +48,7 @@ def dequantized(rung) -> Path:
         shutil.rmtree(tmp, ignore_errors=True)
     print(f"mens: {f.name}: dequantized in {time.perf_counter() - t0:.1f} s → {done}",
           flush=True)
+    _SAID.add(done)
     return done
 
 

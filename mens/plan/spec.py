@@ -150,6 +150,8 @@ def compile_run(cfg: DictConfig, purpose: str = "plan") -> tuple[RunSpec, Plan]:
     if OmegaConf.is_missing(cfg.rung, "hidden_size"):   # +rung=hf: from the model's config.json
         from mens.source.resolve import fill_hf_rung
         fill_hf_rung(cfg, notes)
+    from mens.source.resolve import rung_tool_format
+    rung_tool_format(cfg, notes)   # smol's template writes no tool calls: hermes, said
     if cfg.adapter:   # a pushed (or local) adapter to start from: fetched, checked, pinned
         from mens.plan.adapter import resolve_adapter
         resolve_adapter(cfg, notes)

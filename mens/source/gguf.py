@@ -100,7 +100,7 @@ def describe(rung) -> str:
 
 
 def info(f: Path) -> dict:
-    """{"sha256", "config" (config.json keys), "types" (weight types), "tied"} of a GGUF file,
+    """{"sha256", "config" (config.json keys), "types" (its weight types)} of a GGUF file,
     cached by (path, size, mtime): a changed file is read and hashed again."""
     st = f.stat()
     key = hashlib.sha256(f"{f.resolve()}|{st.st_size}|{st.st_mtime_ns}".encode()).hexdigest()

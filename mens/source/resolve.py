@@ -60,22 +60,11 @@ def cached_config_dir(repo_id: str | None, revision: str | None) -> Path | None:
 
 
 def fill_hf_rung(cfg, notes: list[str]) -> None:
-    """`+rung=hf`: architecture fields from config.json; the rung named after the model."""
+    """`+rung=hf`: architecture fields from config.json; the rung named after the model.
+    `+rung=smol` / `+rung=gguf`: from the GGUF's metadata (fill_gguf)."""
     rung = cfg.rung
-    if is_gguf(rung):   # +rung=smol, +rung=gguf: the GGUF's metadata, its sha256 the commit
-        from mens.source.gguf import gguf_fields
-        fields, sha = gguf_fields(rung, notes)
-        if rung.commit and rung.commit != sha:   # a rerun's spec.yaml names the file it used
-            raise ConfigError(f"rung.path={rung.path}: its sha256 is {sha}, not rung.commit="
-                              f"{rung.commit} that this run used: the GGUF changed. Point "
-                              f"rung.path at the original file (or drop rung.commit).",
-                              key="rung.commit")
-        for k in ARCH_FIELDS:
-            rung[k] = fields[k]
-        rung.commit = sha
-        if rung.name == "gguf":
-            rung.name = Path(rung.path).name.rsplit(".", 1)[0]
-        return
+    if is_gguf(rung):
+        return fill_gguf(rung, notes)
     if rung.name == "gguf":
         raise ConfigError(f"`+rung=gguf` needs the file: `rung.path=model.gguf` (a path ending "
                           f".gguf; got {rung.path}).", key="rung.path")
@@ -100,6 +89,37 @@ def fill_hf_rung(cfg, notes: list[str]) -> None:
         rung[k] = fields[k]
     if rung.name == "hf":
         rung.name = (rung.repo_id or str(Path(rung.path).resolve())).rstrip("/").split("/")[-1]
+
+
+def fill_gguf(rung, notes: list[str]) -> None:
+    """A GGUF rung's architecture from its metadata, its sha256 as rung.commit (a rerun whose
+    file changed is exit 2), rung.path made absolute, `+rung=gguf` named after the file."""
+    from mens.source.gguf import gguf_fields
+
+    fields, sha = gguf_fields(rung, notes)
+    if rung.commit and rung.commit != sha:   # a rerun's spec.yaml names the file it used
+        raise ConfigError(f"rung.path={rung.path}: its sha256 is {sha}, not rung.commit="
+                          f"{rung.commit} that this run used: the GGUF changed. Point "
+                          f"rung.path at the original file (or drop rung.commit).",
+                          key="rung.commit")
+    for k in ARCH_FIELDS:
+        rung[k] = fields[k]
+    rung.commit = sha
+    if not rung.wheel:   # spec.yaml reruns from any directory
+        rung.path = str(Path(rung.path).expanduser().resolve())
+    if rung.name == "gguf":
+        rung.name = Path(rung.path).name.rsplit(".", 1)[0]
+
+
+def rung_tool_format(cfg, notes: list[str]) -> None:
+    """data.tool_format=native on a rung whose template writes no tool calls (rung.tool_format:
+    smol's ChatML) becomes the rung's format, said: native would refuse every tool record."""
+    want = cfg.rung.get("tool_format")
+    if want and want != "native" and cfg.data.tool_format == "native":
+        cfg.data.tool_format = want
+        notes.append(f"data.tool_format=native → {want}: {cfg.rung.name}'s chat template writes "
+                     f"no tool calls, so tool records are written as {want} calls "
+                     f"(rung.tool_format)")
 
 
 def check_weights(cfg, notes: list[str]) -> None:

