@@ -66,7 +66,8 @@ def test_smol_trains_offline_from_the_wheel_and_reuses_its_cache(tmp_path):
     second, t2 = mens(tmp_path, "run2")
     assert "reused its dequantized copy" in second and "dequantizing" not in second
     assert second.count("reused its dequantized copy") == 1   # said once, not per load
-    assert t2 < t1
+    # no timing assertion (a shared 2-core box swings 5x): the reuse is shown by what it says and
+    # by the same base loss; the two times are printed below
     s1 = json.loads((tmp_path / "run1" / "summary.json").read_text())
     s2 = json.loads((tmp_path / "run2" / "summary.json").read_text())
     assert s1["eval_loss_base"] == pytest.approx(s2["eval_loss_base"])   # the same weights
