@@ -43,7 +43,8 @@ class ServeConfig:
     max_queue: int = 32
     # one request's rows (prompts × n) × (longest prompt + max_tokens): the tokens its KV cache
     # holds at once (Qwen3-8B in bf16: ~9 GiB at 65536); beyond: 400, before any model work. A
-    # GRPO run's rollout server gets one request per window (lane.grpo.generation=server)
+    # GRPO run's rollout server gets its window in requests the plan sizes under this cap
+    # (lane.grpo.generation=server, lane.grpo.generation_batch_size: mens.plan.rl.calls)
     max_batch_tokens: int = 65536
     # POST /v1/load_lora_adapter, /v1/unload_lora_adapter (vLLM's names; mens.serve.lora_admin):
     # off unless asked, as vLLM's VLLM_ALLOW_RUNTIME_LORA_UPDATING (the server reads given paths)

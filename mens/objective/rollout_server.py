@@ -18,9 +18,10 @@ Each step: if the trainable weights changed since the server last got them (an o
 ran), the adapter is saved and loaded under a fresh name (POST /v1/load_lora_adapter), the old
 one unloaded (/v1/unload_lora_adapter) — the seconds are logged as `rollout/reload_s`. The
 group's prompts, rendered by the run's encoder exactly as in-process sampling renders them
-(mens.objective.sampling.prompt_ids), go as token ids in ONE /v1/completions request (`n` =
-the group, `logprobs: 0`, `return_token_ids: true`): token ids both ways, so no text round trip
-can change a token. The answer becomes the same Rollout in-process sampling returns, plus the
+(mens.objective.sampling.prompt_ids), go as token ids in /v1/completions requests of at most
+lane.grpo.generation_batch_size rows each (mens.plan.rl.calls: the window's calls, as
+in-process; `n` = the group, `logprobs: 0`, `return_token_ids: true`): token ids both ways, so
+no text round trip can change a token. The answer becomes the same Rollout in-process sampling returns, plus the
 server's per-token log-probs (of the distribution it sampled from: mens.serve.batch).
 
 Those log-probs correct the loss where the two copies disagree (another dtype, another kernel,
