@@ -15,6 +15,37 @@ from pathlib import Path
 import httpx
 
 
+@contextmanager
+def tiny_slots(rung=None):
+    """The tiny base (or `rung`, a rung mapping) in mens.serve's Slots on the CPU, closed after."""
+    from mens.config.compose import compose
+    from mens.serve.slots import Slots
+
+    s = Slots(compose([]).rung if rung is None else rung, [], device="cpu", dtype="fp32")
+    try:
+        yield s
+    finally:
+        s.close()
+
+
+def random_lora(out: Path) -> Path:
+    """A LoRA adapter dir (r 4, q/v) on the tiny base with a random B: it changes the answers."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    from mens.resources import ASSETS
+
+    base = AutoModelForCausalLM.from_pretrained(str(ASSETS / "tiny"), dtype=torch.float32)
+    m = get_peft_model(base, LoraConfig(r=4, target_modules=["q_proj", "v_proj"]))
+    with torch.no_grad():
+        for n, p in m.named_parameters():
+            if "lora_B" in n:
+                p.normal_(0, 0.2, generator=torch.Generator().manual_seed(1))
+    m.save_pretrained(str(out))
+    return out
+
+
 def adapter_copy(run: Path, dest: Path, scale_b: float) -> Path:
     """A run dir (spec.yaml + summary + adapter/) whose lora_B matrices are scaled: 0 makes an
     adapter that must act exactly as the base; 2 makes a different adapter on the same spoke."""

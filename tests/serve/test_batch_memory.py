@@ -23,7 +23,7 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
-from serve_util import serving
+from serve_util import serving, tiny_slots
 
 VOCAB = 151936           # Qwen3's
 WIDE = {"init": "random", "vocab_size": VOCAB, "hidden_size": 64, "intermediate_size": 128,
@@ -36,12 +36,9 @@ def slots():
     from omegaconf import OmegaConf
 
     from mens.config.compose import compose
-    from mens.serve.slots import Slots
 
-    rung = {**OmegaConf.to_container(compose([]).rung, resolve=True), **WIDE}
-    s = Slots(rung, [], device="cpu", dtype="fp32")
-    yield s
-    s.close()
+    with tiny_slots({**OmegaConf.to_container(compose([]).rung, resolve=True), **WIDE}) as s:
+        yield s
 
 
 @pytest.fixture(scope="module")

@@ -12,19 +12,15 @@ import openai
 import pytest
 import torch
 
-from serve_util import serving
+from serve_util import serving, tiny_slots
 
 FLOOR = -9999.0
 
 
 @pytest.fixture(scope="module")
 def slots():
-    from mens.config.compose import compose
-    from mens.serve.slots import Slots
-
-    s = Slots(compose([]).rung, [], device="cpu", dtype="fp32")
-    yield s
-    s.close()
+    with tiny_slots() as s:
+        yield s
 
 
 @pytest.fixture(scope="module")

@@ -10,17 +10,13 @@ import openai
 import pytest
 import torch
 
-from serve_util import serving
+from serve_util import serving, tiny_slots, random_lora
 
 
 @pytest.fixture(scope="module")
 def slots():
-    from mens.config.compose import compose
-    from mens.serve.slots import Slots
-
-    s = Slots(compose([]).rung, [], device="cpu", dtype="fp32")
-    yield s
-    s.close()
+    with tiny_slots() as s:
+        yield s
 
 
 @pytest.fixture(scope="module")
@@ -32,21 +28,7 @@ def url(slots):
 
 @pytest.fixture(scope="module")
 def adapter(tmp_path_factory):
-    """A LoRA adapter on the tiny base with random B (it changes the answers)."""
-    from peft import LoraConfig, get_peft_model
-    from transformers import AutoModelForCausalLM
-
-    from mens.resources import ASSETS
-
-    base = AutoModelForCausalLM.from_pretrained(str(ASSETS / "tiny"), dtype=torch.float32)
-    m = get_peft_model(base, LoraConfig(r=4, target_modules=["q_proj", "v_proj"]))
-    with torch.no_grad():
-        for n, p in m.named_parameters():
-            if "lora_B" in n:
-                p.normal_(0, 0.2, generator=torch.Generator().manual_seed(1))
-    out = tmp_path_factory.mktemp("adapter") / "a"
-    m.save_pretrained(str(out))
-    return out
+    return random_lora(tmp_path_factory.mktemp("adapter") / "a")
 
 
 def post(url, route, body, status=200):
